@@ -43,10 +43,10 @@ def _json_values(records):
     return [(k, None if v is None else json.loads(v)) for k, v in records]
 
 
-def test_every_aggregate_with_updates_across_batches_and_having_tombstones(runtime, eos_broker):
+def test_every_aggregate_with_updates_across_batches_and_having(runtime, eos_broker):
     """COUNT(*), COUNT(col), SUM, MIN, MAX, AVG, COUNT_DISTINCT, COLLECT_LIST, LATEST_BY_OFFSET per
-    key; a later batch updates one key from its state; HAVING COUNT(*) > 1 writes a tombstone for a
-    key that fails it."""
+    key; a later batch updates one key from its state; HAVING COUNT(*) > 1 writes nothing for a key
+    whose results have failed it so far, then its first passing result."""
     bootstrap = eos_broker.bootstrap
     topic, out_topic, having_topic = unique("agg_in"), unique("agg_out"), unique("having_out")
     create_topics(bootstrap, topic, out_topic, having_topic)
@@ -70,13 +70,13 @@ def test_every_aggregate_with_updates_across_batches_and_having_tombstones(runti
         (b"a", {"C": 3, "CX": 2, "SX": 10, "MN": 5, "MX": 5, "AV": 2.0, "CD": 1, "CL": [5, None, 5], "L": 5}),
         (b"b", {"C": 1, "CX": 1, "SX": -1, "MN": -1, "MX": -1, "AV": 0.5, "CD": 1, "CL": [-1], "L": -1}),
     ]
-    assert sorted(read_output(bootstrap, having_topic, 2, runtime=runtime, query_id="CTAS_H_2"), key=repr) == \
-        sorted([(b"a", b'{"C":3}'), (b"b", None)], key=repr)
+    # b's only result fails HAVING: ksqlDB writes no tombstone for a row that was never written
+    assert read_output(bootstrap, having_topic, 1, runtime=runtime, query_id="CTAS_H_2") == [(b"a", b'{"C":3}')]
 
     produce(bootstrap, topic, [(_int(5), b'{"K":"b","X":7,"D":1.5}', T0 + 10)])
     got = _json_values(read_output(bootstrap, out_topic, 3, runtime=runtime, query_id="CTAS_AGG_1"))
     assert got[2:] == [(b"b", {"C": 2, "CX": 2, "SX": 6, "MN": -1, "MX": 7, "AV": 1.0, "CD": 2, "CL": [-1, 7], "L": 7})]
-    assert read_output(bootstrap, having_topic, 3, runtime=runtime, query_id="CTAS_H_2")[2:] == [(b"b", b'{"C":2}')]
+    assert read_output(bootstrap, having_topic, 2, runtime=runtime, query_id="CTAS_H_2")[1:] == [(b"b", b'{"C":2}')]
     runtime.stop_persistent("CTAS_AGG_1")
     runtime.stop_persistent("CTAS_H_2")
 

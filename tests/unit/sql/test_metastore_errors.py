@@ -8,6 +8,7 @@ import pytest
 from oncestream.sql.errors import BAD_STATEMENT, StatementError
 from oncestream.sql.language.catalog import Format
 from oncestream.sql.language.parser import parse
+from oncestream.sql.language.sql_ast import CreateAsSelect
 from oncestream.sql.language.statement_plan import with_server_defaults
 from oncestream.sql.server.metastore import CommandResult, CreateTopic, Metastore, StartQuery, StopQuery
 
@@ -38,7 +39,13 @@ def refused(ms: Metastore, sql: str, pattern: str) -> StatementError:
         ms.validate(s, {}, TOPICS)
     assert info.value.error_code == BAD_STATEMENT
     assert info.value.http_status == 400
-    assert info.value.statement_text == s.text
+    if "format does not support schema" in info.value.message and isinstance(s, CreateAsSelect):
+        # a C*AS sink's formats are checked on the rewritten statement, whose text ksqlDB's error
+        # carries (tests/unit/sql/test_statement_text.py)
+        assert info.value.statement_text is not None
+        assert info.value.statement_text.endswith("\nEMIT CHANGES")
+    else:
+        assert info.value.statement_text == s.text
     return info.value
 
 

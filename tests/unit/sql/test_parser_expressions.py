@@ -186,6 +186,26 @@ def test_standard_sql_that_ksqldb_lacks_is_refused_where_it_is(text: str, column
     assert caught.value.message == f"line 1:{column}: {what} is not supported"
 
 
+@pytest.mark.parametrize(("text", "column"), [("(a, b)", 3), ("f(x, (a + 1, b))", 12), ("(1, 'x', 2)", 3)])
+def test_row_values_are_an_unclosed_parenthesis_at_their_first_comma(text: str, column: int) -> None:
+    """ksqlDB's grammar has no row values: ANTLR reads `(` expression `)` and misses the `)`."""
+    with pytest.raises(ParseError) as caught:
+        parse_expression(text)
+    assert caught.value.message == f"line 1:{column}: Syntax Error\nmissing ')' at ','"
+
+
+def test_a_row_value_after_the_first_group_by_item_is_the_same_syntax_error() -> None:
+    """group-by.json "with groupings": `GROUP BY f3, (f2, f1)` (only a whole `GROUP BY (a, b)` is
+    a list); the place is in the whole request (line 2)."""
+    text = ("CREATE STREAM TEST (ID INT KEY, f1 INT) WITH (kafka_topic='t', value_format='JSON');\n"
+            "CREATE TABLE OUTPUT AS SELECT f1, f2, COUNT(*) FROM TEST GROUP BY f3, (f2, f1);")
+    with pytest.raises(ParseError) as caught:
+        parse_statements(text)
+    assert caught.value.message == "line 2:74: Syntax Error\nmissing ')' at ','"
+    (statement,) = parse_statements("SELECT F1, COUNT(*) FROM TEST GROUP BY (F2, F1) EMIT CHANGES;")
+    assert statement is not None
+
+
 @pytest.mark.parametrize(("text", "inner"), [
     ("a NOT LIKE 'x%'", exp.Like), ("a NOT LIKE 'x!%' ESCAPE '!'", exp.Escape), ("a NOT IN (1, 2)", exp.In),
     ("a NOT BETWEEN 1 AND 2", exp.Between), ("a IS NOT NULL", exp.Is),

@@ -22,8 +22,10 @@ Rules that make a micro-batch engine comparable with ksqlDB's record-at-a-time t
 - each case has its own topics (``qtt<N>_`` + the case's topic name; a C*AS without KAFKA_TOPIC
   gets the prefixed sink name) and query ids, so cases share one broker and one Spark session;
 - an expected exception passes when a statement is refused with an error whose message contains
-  the expected message (Hamcrest's ``containsString``, as ksqlDB's test does); the expected Java
-  class cannot be compared and is shown. A case whose statements are all accepted fails.
+  the expected message (Hamcrest's ``containsString``, as ksqlDB's test does), or whose message
+  followed by ``\nStatement: `` and the statement text it carries does (the text a
+  ``KsqlStatementException`` gives ksqlDB's test); the expected Java class cannot be compared and
+  is shown. A case whose statements are all accepted fails.
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ from oncestream.sql.conformance.registry_records import REGISTRY_FORMATS, Regist
 from oncestream.sql.conformance.scope import Family, refusal_family, registry_formats, static_family
 from oncestream.sql.engine.insert_values import insert_target, values_row
 from oncestream.sql.engine.runtime import ERROR, QueryRuntime, checkpoint_location, sink_topic_config
-from oncestream.sql.errors import KsqlError
+from oncestream.sql.errors import KsqlError, ParseError
 from oncestream.sql.language import sql_ast
 from oncestream.sql.language.catalog import SourceInfo
 from oncestream.sql.language.parser import parse
@@ -101,8 +103,40 @@ class CaseResult:
     engine: str = ""                # the engine's revision the case ran on (``command.engine_revision``)
 
 
+# the place ANTLR gives a syntax error (``line 2:74: Syntax Error...``)
+_SYNTAX_LINE = re.compile(r"^line (\d+):")
+
+
+def in_script(message: str, lines_before: int) -> str:
+    """A syntax error's message with its line counted in the case's whole script (``lines_before``
+    lines come before the statement), as ksqlDB's test parses the case's statements as one text."""
+    return _SYNTAX_LINE.sub(lambda m: f"line {int(m.group(1)) + lines_before}:", message, count=1)
+
+
 class _Refused(Exception):
-    """A statement the engine refused (carries the engine's message)."""
+    """A statement the engine refused (carries the engine's message; ``details``: the message with
+    the statement text the error carries, as ksqlDB's KsqlStatementException details it)."""
+
+    def __init__(self, message: str, details: str | None = None) -> None:
+        super().__init__(message)
+        self.details = details
+
+
+def _refused(error: KsqlError, injected: str | None = None) -> _Refused:
+    """``injected``: the ``KAFKA_TOPIC='...'`` property the runner gave a C*AS that had none
+    (``renamed``), taken out of the statement text again."""
+    text = error.statement_text
+    if text and injected:
+        text = text.replace(f" WITH ({injected})", "").replace(f"{injected}, ", "").replace(f", {injected}", "")
+    details = f"{error.message}\nStatement: {text}" if text else None
+    return _Refused(error.message, details)
+
+
+def _injected_topic(parsed: sql_ast.Statement, statement: sql_ast.Statement) -> str | None:
+    if isinstance(parsed, sql_ast.CreateAsSelect) and isinstance(statement, sql_ast.CreateAsSelect) \
+            and "KAFKA_TOPIC" not in {k.upper() for k in parsed.properties}:
+        return f"KAFKA_TOPIC='{statement.properties['KAFKA_TOPIC']}'"
+    return None
 
 
 class InputProducer:
@@ -348,13 +382,16 @@ class CaseRun:
             self.env.create_topic(self._topic(name), partitions, {})
         try:
             self._register_topic_schemas()
+            lines_before = 0
             for text in case.statements:
-                self._execute(text)
+                self._execute(text, lines_before)
+                lines_before += text.count("\n") + 1
         except _Refused as refused:
             # the case's topics as the case names them (the prefix is the runner's renaming)
             message = str(refused).replace(self.prefix, "")
+            details = refused.details.replace(self.prefix, "") if refused.details else None
             if case.expected_exception is not None:
-                if expected_error_matches(case, message):
+                if expected_error_matches(case, message) or (details and expected_error_matches(case, details)):
                     return Outcome.PASS, "", None
                 return Outcome.FAIL, (f"refused with another error: expected {case.expected_exception.type or ''} "
                                       f"{case.expected_exception.message!r}, got {message!r}"), None
@@ -443,18 +480,23 @@ class CaseRun:
         return RegistrySide(self.env.registry, fmt, f"{source.topic}-{'key' if key else 'value'}", columns_proto,
                             source.key_schema_name if key else source.value_schema_name)
 
-    def _execute(self, text: str) -> None:
+    def _execute(self, text: str, lines_before: int = 0) -> None:
+        """Run one of the case's statements; ``lines_before``: the lines of the statements before
+        it, which ksqlDB's test parses as one text (its statements joined by newlines), so that
+        a syntax error's line counts them."""
         try:
             statements = parse(text, self.metastore.custom_types())
         except KsqlError as e:
-            raise _Refused(e.message) from None
+            if isinstance(e, ParseError):
+                e.message = in_script(e.message, lines_before)
+            raise _refused(e) from None
         for parsed in statements:
             statement = renamed(parsed, self.prefix, self.schema_ids,
                                 str(self.properties.get(OUTPUT_TOPIC_PREFIX_CONFIG) or ""))
             try:
                 self._execute_one(statement)
             except KsqlError as e:
-                raise _Refused(e.message) from None
+                raise _refused(e, _injected_topic(parsed, statement)) from None
 
     def _execute_one(self, statement: sql_ast.Statement) -> None:
         if isinstance(statement, sql_ast.SetProperty):

@@ -32,6 +32,7 @@ from oncestream.sql.language.format_rules import (
 from oncestream.sql.language.protobuf_schema import file_descriptor, needs_references
 from oncestream.sql.language.schema_mapping import columns_of
 from oncestream.sql.language.sql_ast import SourceKind, WindowKind, WindowSpec
+from oncestream.sql.language.statement_text import create_as_text
 from oncestream.sql.language.types import BaseType, SqlType
 
 RESERVED_COLUMNS = (catalog.ROWTIME, catalog.ROWPARTITION, catalog.ROWOFFSET, catalog.WINDOWSTART, catalog.WINDOWEND)
@@ -732,8 +733,14 @@ class StatementPlanner:
             key_format = Format.KAFKA
         else:
             key_format = from_source.key_format
-        _check_kafka_format(key_format, analyzed.key_columns, "KEY_FORMAT")
-        _check_kafka_format(value_format, analyzed.value_columns, "VALUE_FORMAT")
+        try:
+            _check_kafka_format(key_format, analyzed.key_columns, "KEY_FORMAT")
+            _check_kafka_format(value_format, analyzed.value_columns, "VALUE_FORMAT")
+        except StatementError as e:
+            # ksqlDB checks the sink's formats on the rewritten statement: its error carries that
+            # statement as ksqlDB prints it (group-by.json "multiple expressions - KAFKA key format")
+            e.statement_text = create_as_text(stmt, analyzed)
+            raise
         check_format_properties(props, key_format, value_format)
         # a C*AS registers its columns' schema (unless a schema id names the one to write with)
         if key_format is Format.AVRO and _prop(props, "KEY_SCHEMA_ID") is None:

@@ -9,6 +9,9 @@
 - ``table_aggregation`` GROUP BY over a TABLE: retract/add through two ``transformWithState``
                      operators (``table_state``: the processors; ``table_udafs``: ksqlDB's
                      undoable aggregates and the per-key steps, pure Python).
+- ``having_gate``    HAVING after an update-mode stream aggregation: a failing result is a
+                     tombstone only over a key whose last written result passed (one flag of
+                     state per key, ``transformWithState``).
 - ``table_joins``    table-table joins on the primary keys (state store); their per-key rules in
                      ``table_join_steps`` (plain Python).
 - ``expressions``    ksqlDB expressions (sqlglot trees) to Spark SQL, with the function catalog.

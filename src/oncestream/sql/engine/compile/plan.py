@@ -30,6 +30,7 @@ from sqlglot import exp
 
 from oncestream.sql.engine.compile import serde_columns
 from oncestream.sql.engine.compile.expressions import Scope, is_aggregate, quote, translate
+from oncestream.sql.engine.compile.having_gate import gate_having
 from oncestream.sql.engine.compile.joins import join_frames, join_key_sql
 from oncestream.sql.engine.compile.null_values import key_only
 from oncestream.sql.engine.compile.sources import (
@@ -332,4 +333,10 @@ def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Seq
     if group_sql:
         sql += f" GROUP BY {', '.join(group_sql)}"
     aggregated = spark.sql(sql)
+    keys = [F.col(quote(c.name)) for c in columns if c.is_key]
+    if having is not None and output_mode == "update" and keys:
+        # A failing result is a tombstone only where the key's last written result passed
+        # (ksqlDB's HAVING filter): compile/having_gate.py. (A push query without its key columns
+        # drops tombstones anyway.)
+        aggregated = gate_having(aggregated, keys + ([F.col(WSTART)] if window is not None else []))
     return CompiledQuery(aggregated, tuple(columns), result_kind, window, output_mode, has_delete)

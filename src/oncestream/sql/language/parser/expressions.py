@@ -222,12 +222,28 @@ class ExpressionParser(TypeParser):
         if _depth(tree) > MAX_EXPRESSION_DEPTH:
             raise SyntaxIssue(start, f"Expression nested deeper than {MAX_EXPRESSION_DEPTH} levels", syntax=False)
         for node in tree.walk():
-            if node is tree and allow_tuple and isinstance(node, exp.Tuple):
-                continue
+            if isinstance(node, exp.Tuple):
+                if node is tree and allow_tuple:
+                    continue
+                # ksqlDB's grammar has no row values: `(a, b)` is a parenthesised expression that
+                # ANTLR finds unclosed at the first comma (group-by.json "with groupings").
+                raise SyntaxIssue(self._comma_in(node, start), "missing ')' at ','")
             _check_node(node, start)
         tree = _negations_as_not(tree)
         normalise_names(tree)
         return tree
+
+
+    def _comma_in(self, row: exp.Tuple, fallback: Token | None) -> Token | None:
+        """The comma after the first element of the row value ``row`` (sqlglot keeps the places
+        of names and literals, not of commas: the last comma before the second element)."""
+        if len(row.expressions) < 2:
+            return fallback
+        starts = [n.meta["start"] for n in row.expressions[1].walk() if "start" in n.meta]
+        if not starts:
+            return fallback
+        commas = [t for t in self._tokens if t.token_type == TokenType.COMMA and t.start < min(starts)]
+        return commas[-1] if commas else fallback
 
 
 # What ksqlDB's expression grammar has, as sqlglot nodes. Anything else sqlglot can parse
@@ -254,7 +270,7 @@ _REFUSED_NAMES: dict[type[exp.Expr], str] = {
     exp.BitwiseAnd: "A bitwise operator", exp.BitwiseOr: "A bitwise operator", exp.BitwiseXor: "A bitwise operator",
     exp.BitwiseNot: "A bitwise operator", exp.BitwiseLeftShift: "A bitwise operator",
     exp.BitwiseRightShift: "A bitwise operator", exp.Alias: "AS inside an expression",
-    exp.Tuple: "A row value (a, b)", exp.Exists: "EXISTS",
+    exp.Exists: "EXISTS",
 }
 
 
