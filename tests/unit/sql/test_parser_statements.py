@@ -68,11 +68,28 @@ def test_quoted_property_keys_are_upper_cased_values_kept() -> None:
      t.struct_of(("A", t.INTEGER), ("b", t.struct_of(("C", t.array_of(t.DOUBLE)))))),
     ("STRUCT<>", t.struct_of()),
     ("varchar(10)", t.STRING),
+    # ksqlDB's grammar gives every base type parameters, a number or STRING; its SqlTypeParser ignores them
+    ("VARCHAR(STRING)", t.STRING), ("INT(3, STRING)", t.INTEGER),
 ])
 def test_column_types(written: str, expected: t.SqlType) -> None:
     s = one(f"CREATE STREAM s (col {written}) WITH (kafka_topic='s', value_format='json');")
     assert isinstance(s, sql_ast.CreateSource)
     assert s.columns[0].type == expected
+
+
+@pytest.mark.parametrize(("text", "message"), [
+    # key-schemas.json: "(KEY)" after a type reads as its parameters
+    ("CREATE STREAM INPUT (K STRING (KEY)) WITH (kafka_topic='input',value_format='JSON');",
+     "line 1:32: Syntax Error\nExpecting {'STRING', INTEGER_VALUE}"),
+    ("CREATE STREAM INPUT (K INT (KEY)) WITH (kafka_topic='input',value_format='JSON');",
+     "line 1:29: Syntax Error\nExpecting {'STRING', INTEGER_VALUE}"),
+    ("CREATE STREAM INPUT (K VARCHAR(10 STRING) KEY) WITH (kafka_topic='input',value_format='JSON');",
+     "line 1:35: Syntax Error\nExpecting {',', ')'}"),
+])
+def test_type_parameters_other_than_numbers_and_string_are_syntax_errors(text: str, message: str) -> None:
+    with pytest.raises(ParseError) as raised:
+        parse(text)
+    assert raised.value.message == message
 
 
 # -- CREATE ... AS SELECT ---------------------------------------------------------------------------

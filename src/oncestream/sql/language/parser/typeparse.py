@@ -7,6 +7,7 @@ as ``exp.DataType`` in expression trees so that sqlglot can render them).
           | DECIMAL '(' precision ',' scale ')'
           | BOOLEAN | INT | INTEGER | BIGINT | DOUBLE | VARCHAR | STRING | BYTES
           | TIMESTAMP | DATE | TIME | <name of a CREATE TYPE>
+          a base type may take parameters: '(' (INTEGER | STRING) (',' ...)* ')', ignored
 """
 
 from __future__ import annotations
@@ -155,8 +156,22 @@ class TypeParser(BaseParser):
             primitive = self.custom_types.get(normalise_name(token))
         if primitive is None:
             self.issue(f"Unknown type: {word}", token)
-        if word == "VARCHAR" and self.accept_type(TokenType.L_PAREN):
-            # VARCHAR(n): ksqlDB accepts and ignores the length.
-            self.integer()
-            self.expect_type(TokenType.R_PAREN, "')'")
+        if self.accept_type(TokenType.L_PAREN):
+            self._type_parameters()
         return primitive
+
+    def _type_parameters(self) -> None:
+        """``typeParameter (',' typeParameter)* ')'`` after a base type's ``(``, a
+        ``typeParameter`` being a number or the word STRING (ksqlDB's grammar; its
+        ``SqlTypeParser`` ignores them: ``VARCHAR(STRING)`` and ``INT(3)`` are a STRING and an
+        INT). ksqlDB's syntax errors here
+        name the short expectation lists (``SyntaxErrorValidator.getExpectations``)."""
+        while True:
+            if self.is_type(TokenType.NUMBER) and self._curr.text.isascii() and self._curr.text.isdigit():
+                self._advance()
+            elif not self.accept("STRING"):
+                self.issue("Expecting {'STRING', INTEGER_VALUE}")
+            if self.accept_type(TokenType.R_PAREN):
+                return
+            if not self.accept_type(TokenType.COMMA):
+                self.issue("Expecting {',', ')'}")
