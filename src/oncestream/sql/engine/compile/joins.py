@@ -103,6 +103,14 @@ def left_key_sql(joined_keys: Sequence[Any], left_key: Any, scope: Scope) -> str
     return translate(left_key, scope)
 
 
+def key_column_sql(analyzed: Any, expression: Any, scope: Scope) -> str:
+    """Spark SQL of a key column of a join's result: a key synonym (``SELECT t.id`` of
+    ``... RIGHT JOIN tt ON t.id = tt.id``) is the record's join key, as Kafka Streams keys the
+    join's output, present when that source's side is not (ksqlDB writes a RIGHT join's unmatched
+    right row under its key); another expression as it is."""
+    return left_key_sql(key_synonyms(list(analyzed.joins)), expression, scope)
+
+
 def join_key_sql(analyzed: Any, scope: Scope) -> str:
     """Spark SQL of the key of a query's join result when it is synthetic (ksqlDB's ROWKEY: a FULL
     OUTER join's, whichever side is present, or a join on expressions that are not columns)."""
