@@ -104,3 +104,48 @@ def test_full_and_right_outer_joins(runtime, eos_broker):
         (1, {"LV": "l1", "RV": "r1"}, T0 + 1000), (2, {"LV": None, "RV": "r2"}, T0 + 1500)], key=repr)
     runtime.stop_persistent("CSAS_OJF_1")
     runtime.stop_persistent("CSAS_OJR_2")
+
+
+def test_right_join_writes_an_unmatched_right_row_under_its_join_key(runtime, eos_broker):
+    """RIGHT JOIN projecting the left key (joins.json "stream stream right join": ``SELECT t.id``):
+    the key column is the record's join key, so the right row without a left match is written
+    under its own key, not a null one (Kafka Streams keys the join's output by the join key)."""
+    bootstrap = eos_broker.bootstrap
+    left_t, right_t, sources = _streams(bootstrap, "ojk")
+    out_t = unique("ojk_out")
+    create_topics(bootstrap, out_t)
+    produce(bootstrap, left_t, [(_int(1), b'{"LV":"l1"}', T0)])
+    produce(bootstrap, right_t, [(_int(1), b'{"RV":"r1"}', T0 + 1000), (_int(7), b'{"RV":"r7"}', T0 + 1500)])
+    _s, q = analyze("CREATE STREAM RK AS SELECT L.ID, LV, RV FROM L RIGHT JOIN R WITHIN 2 SECONDS ON L.ID = R.ID "
+                    "EMIT CHANGES;", sources)
+    start(runtime, "CSAS_OJK_1", q, sink_of(q, "RK", out_t))
+    got = _rows(read_timed_output(bootstrap, out_t, 2, timeout_s=WAIT_S, runtime=runtime, query_id="CSAS_OJK_1"))
+    assert sorted(got, key=repr) == sorted([
+        (1, {"LV": "l1", "RV": "r1"}, T0 + 1000), (7, {"LV": None, "RV": "r7"}, T0 + 1500)], key=repr)
+    runtime.stop_persistent("CSAS_OJK_1")
+
+
+def test_inner_join_drops_rows_beyond_the_grace_of_both_sides_stream_time(runtime, eos_broker):
+    """INNER JOIN WITHIN 1 MINUTE GRACE PERIOD 1 MINUTE (joins.json "stream stream inner join with
+    out of order and custom grace period"): once a left row at 330 s moved stream time, a left and
+    a right row of one key at 90 s are out of the window stores (retention 180 s) and are not
+    joined; rows at 330 s still are. Stream time is both sides' (Kafka Streams' shared time
+    tracker): Spark's own join took the smaller of the two sides' watermarks (the right side's,
+    60 s) and joined the late rows."""
+    bootstrap = eos_broker.bootstrap
+    left_t, right_t, sources = _streams(bootstrap, "ijg")
+    out_t = unique("ijg_out")
+    create_topics(bootstrap, out_t)
+    produce(bootstrap, left_t, [(_int(0), b'{"LV":"A"}', T0), (_int(1), b'{"LV":"B"}', T0 + 330_000)])
+    produce(bootstrap, right_t, [(_int(0), b'{"RV":"a"}', T0 + 60_000)])
+    _s, q = analyze("CREATE STREAM IG AS SELECT L.ID, LV, RV FROM L JOIN R WITHIN 1 MINUTE GRACE PERIOD 1 MINUTE "
+                    "ON L.ID = R.ID EMIT CHANGES;", sources)
+    start(runtime, "CSAS_IJG_1", q, sink_of(q, "IG", out_t))
+    first = _rows(read_timed_output(bootstrap, out_t, 1, timeout_s=WAIT_S, runtime=runtime, query_id="CSAS_IJG_1"))
+    assert first == [(0, {"LV": "A", "RV": "a"}, T0 + 60_000)]
+    # read after the batch with B, so stream time is 330 s
+    produce(bootstrap, left_t, [(_int(2), b'{"LV":"C"}', T0 + 90_000), (_int(5), b'{"LV":"S"}', T0 + 330_000)])
+    produce(bootstrap, right_t, [(_int(2), b'{"RV":"c"}', T0 + 90_000), (_int(5), b'{"RV":"s"}', T0 + 330_000)])
+    got = _rows(read_timed_output(bootstrap, out_t, 2, timeout_s=WAIT_S, runtime=runtime, query_id="CSAS_IJG_1"))
+    assert got == [(0, {"LV": "A", "RV": "a"}, T0 + 60_000), (5, {"LV": "S", "RV": "s"}, T0 + 330_000)]
+    runtime.stop_persistent("CSAS_IJG_1")
