@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from oncestream.sql.conformance.case_runner import CaseResult, Outcome, renamed, topics_to_create
+from oncestream.sql.conformance.case_runner import CaseResult, Outcome, arrival_runs, renamed, topics_to_create
 from oncestream.sql.conformance.command import case_files, collect_cases, run_cases
 from oncestream.sql.conformance.qtt_format import QttFormatError, QttRecord, Window, cases_of_test, load_file, strip_comments
 from oncestream.sql.conformance.records import (
@@ -357,3 +357,17 @@ def test_resume_runs_only_the_cases_the_results_file_lacks(tmp_path, capsys, mon
     monkeypatch.setattr(command, "run_cases", recording)
     cmd_sql_conformance(args)
     assert asked == [held[0].name]
+
+
+def test_inputs_of_a_query_reading_several_topics_are_produced_in_arrival_runs():
+    """ksqlDB's test driver processes a case's inputs in the listed order across topics; a query
+    reading one offset per trigger from each of two topics would take the first of each in one
+    batch. Paced, the inputs go in runs of consecutive records of one topic (joins.json "stream
+    stream right join": the left row at 13 s comes before the right row at 15 s)."""
+    inputs = [QttRecord("left", 0, {}, 0), QttRecord("right", 0, {}, 10000), QttRecord("left", 10, {}, 11000),
+              QttRecord("left", 0, {}, 13000), QttRecord("right", 0, {}, 15000)]
+    runs = arrival_runs(inputs, paced=True)
+    assert [[r.timestamp_ms for r in run] for run in runs] == [[0], [10000], [11000, 13000], [15000]]
+    assert arrival_runs(inputs, paced=False) == [inputs]
+    # no inputs (INSERT VALUES only): one empty run, still followed by the wait for the queries
+    assert arrival_runs([], paced=True) == [[]]

@@ -160,6 +160,45 @@ def test_rows_are_evicted_after_the_window_store_retention():
     assert next_deadline(graced, state) is None
 
 
-def test_inner_is_not_an_outer_window():
+def test_only_ksqldb_join_kinds_make_a_window():
     with pytest.raises(StatementError):
-        JoinWindow("INNER", 1, 1, None)
+        JoinWindow("CROSS", 1, 1, None)
+
+
+def test_inner_join_with_grace_drops_rows_beyond_the_grace_of_stream_time():
+    """joins.json "stream stream inner join with out of order and custom grace period" (WITHIN 1
+    minute GRACE PERIOD 1 minute): once B at 330 s moved stream time, the rows at 90 s and 60 s are
+    out of the window stores (retention 180 s) and join nothing; only A and a are joined. Stream
+    time is both sides' (Kafka Streams' shared time tracker), where Spark's own join took the
+    smaller of its two sides' watermarks and joined them."""
+    window = JoinWindow("INNER", 60000, 60000, 60000)
+    inputs = [(LEFT, 0, {"L1": "A"}, 0), (RIGHT, 0, {"L2": "a"}, 60000), (LEFT, 1, {"L1": "B"}, 330000),
+              (LEFT, 2, {"L1": "C"}, 90000), (RIGHT, 2, {"L2": "c"}, 90000), (LEFT, 3, {"L1": "D"}, 60000),
+              (RIGHT, 3, {"L2": "d"}, 60000)]
+    assert _run(window, inputs) == [(0, {"L1": "A"}, {"L2": "a"}, 60000)]
+
+
+def test_inner_join_without_grace_writes_joined_rows_only():
+    """joins.json "stream stream inner join" rows: no side is outer, unmatched rows are never written."""
+    window = JoinWindow("INNER", 11000, 11000, None)
+    inputs = [(LEFT, 0, {"V": "zero"}, 0), (RIGHT, 0, {"F": "blah"}, 10000), (LEFT, 10, {"V": "100"}, 11000),
+              (LEFT, 0, {"V": "foo"}, 13000), (RIGHT, 0, {"F": "a"}, 15000), (RIGHT, None, {"F": "k"}, 16000)]
+    assert _run(window, inputs) == [(0, {"V": "zero"}, {"F": "blah"}, 10000), (0, {"V": "foo"}, {"F": "blah"}, 13000),
+                                    (0, {"V": "foo"}, {"F": "a"}, 15000)]
+
+
+def test_right_join_with_grace_uses_the_query_stream_time_not_each_window_store_own():
+    """joins.json "stream stream right join with out of order and custom grace period": a known
+    difference. Kafka Streams' window stores each track their own side's stream time: the right
+    store saw 90 s at most, so d (60 s) is still in it when D (90 s) arrives and ksqlDB writes D
+    joined with d. The operator has one stream time for both sides (the query's watermark, 330 s
+    after the left row B): d's window closed, it is written at once with nulls, and D joins
+    nothing. Spark gives an operator one watermark per query, not one per input."""
+    window = JoinWindow("RIGHT", 60000, 60000, 60000)
+    inputs = [(LEFT, 0, {"L1": "A"}, 0), (RIGHT, 0, {"L2": "a"}, 60000), (LEFT, 1, {"L1": "B"}, 330000),
+              (LEFT, 2, {"L1": "C"}, 90000), (RIGHT, 2, {"L2": "c"}, 90000), (RIGHT, 3, {"L2": "d"}, 60000),
+              (LEFT, 3, {"L1": "D"}, 90000)]
+    ksqldb_first_three = [(0, {"L1": "A"}, {"L2": "a"}, 60000), (2, None, {"L2": "c"}, 90000),
+                          (3, None, {"L2": "d"}, 60000)]
+    # ksqlDB writes a fourth record, (3, {"L1": "D"}, {"L2": "d"}, 90000)
+    assert _run(window, inputs) == ksqldb_first_three

@@ -17,6 +17,12 @@ Rules that make a micro-batch engine comparable with ksqlDB's record-at-a-time t
   table functions) gives the same records in the same order from one batch as from many, so it
   reads everything available per trigger (``CaseEnvironment.bulk_runtime``): a micro-batch costs
   seconds on a loaded machine;
+- ksqlDB's test driver processes the inputs in the order the case lists them, across topics. A
+  query reading several of the inputs' topics at one offset per trigger would read them side by
+  side (the first record of each topic in one batch, then the second ...), another order; so
+  when a stateful query reads two or more input topics, the inputs are produced in runs of
+  consecutive records of one topic (``arrival_runs``), each after the queries consumed the run
+  before (as at the end, below);
 - a case is finished when every query consumed its source topics up to their last stable
   offset, twice in a row, and no query failed; then each output topic is read to its end;
 - each case has its own topics (``qtt<N>_`` + the case's topic name; a C*AS without KAFKA_TOPIC
@@ -39,7 +45,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -405,10 +411,11 @@ class CaseRun:
         missing = self._post_conditions()
         if missing:
             return Outcome.FAIL, missing, None
-        self._produce_inputs()
-        failure = self._wait_for_queries()
-        if failure:
-            return Outcome.FAIL, failure, None
+        for run in arrival_runs(self.case.inputs, self._paced()):
+            self._produce_inputs(run)
+            failure = self._wait_for_queries()
+            if failure:
+                return Outcome.FAIL, failure, None
         difference = self._compare_outputs()
         if difference:
             return Outcome.FAIL, difference, None
@@ -563,10 +570,21 @@ class CaseRun:
             sources = written or sources
         return sources[0] if sources else None
 
-    def _produce_inputs(self) -> None:
+    def _paced(self) -> bool:
+        """Whether a query reading one offset per trigger reads two or more of the inputs' topics
+        (the module docstring: then the inputs are produced in arrival runs)."""
+        input_topics = {self._topic(r.topic) for r in self.case.inputs}
+        for query in self.started:
+            if self._runtime(query.query.query_id) is not self.env.runtime:
+                continue
+            if len({s.topic for s in query.analyzed.sources.values()} & input_topics) > 1:
+                return True
+        return False
+
+    def _produce_inputs(self, records: Iterable[QttRecord]) -> None:
         producer = self.env.producer
         errors: list[str] = []
-        for record in self.case.inputs:
+        for record in records:
             topic = self._topic(record.topic)
             source = self._source_for(topic, reading=True)
             headers: list[tuple[str, str | bytes | None]] | None = None
@@ -637,6 +655,22 @@ class CaseRun:
             except Exception as e:  # noqa: BLE001 - stopping is best effort; the next case goes on
                 log.warning("stopping %s: %s", query_id, e)
             shutil.rmtree(checkpoint_location(runtime.settings, query_id), ignore_errors=True)
+
+
+def arrival_runs(inputs: Sequence[QttRecord], paced: bool) -> list[list[QttRecord]]:
+    """The inputs in the batches they are produced in (each followed by waiting for the queries,
+    so there is at least one, maybe empty): all at once, or (``paced``) in runs of
+    consecutive records of one topic, so that a query reading one offset per trigger from each
+    topic processes them in the case's order (ksqlDB's test driver pipes them one by one)."""
+    if not paced or not inputs:
+        return [list(inputs)]
+    runs: list[list[QttRecord]] = []
+    for record in inputs:
+        if runs and runs[-1][-1].topic == record.topic:
+            runs[-1].append(record)
+        else:
+            runs.append([record])
+    return runs
 
 
 def _progress_entry(progress: Any) -> dict[str, Any]:

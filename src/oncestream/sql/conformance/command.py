@@ -185,7 +185,9 @@ def run_cases(cases: Sequence[QttCase], environment: Callable[[], CaseEnvironmen
 
 def conformance_spark_session(master: str, local_dir: Path) -> Any:
     """A SparkSession with the SQL server's settings (``runtime.spark_session_config``), one
-    shuffle partition (a case's data is a few records) and a short progress history."""
+    shuffle partition (a case's data is a few records), a short progress history, and an idle
+    query's progress every second (the runner waits for one after the last input of a query with
+    a watermark: ``case_runner._consumed``)."""
     default_spark_pythons()
     from pyspark.sql import SparkSession
 
@@ -193,7 +195,7 @@ def conformance_spark_session(master: str, local_dir: Path) -> Any:
 
     settings = {**spark_session_config(), "spark.sql.shuffle.partitions": "1", "spark.ui.enabled": "false",
                 "spark.ui.showConsoleProgress": "false", "spark.sql.streaming.numRecentProgressUpdates": "5",
-                "spark.local.dir": str(local_dir)}
+                "spark.sql.streaming.noDataProgressEventInterval": "1000", "spark.local.dir": str(local_dir)}
     builder = SparkSession.builder.master(master).appName("oncestream-sql-conformance")
     for key, value in settings.items():
         builder = builder.config(key, value)

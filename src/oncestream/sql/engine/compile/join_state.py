@@ -1,7 +1,7 @@
 """The stateful processors of joins that run as Spark's ``transformWithState`` (Python workers):
 Spark allows one ``applyInPandasWithState`` per query, so a query's second stream-table join (n-way
-joins) and both operators of a foreign-key join are these; so is a stream-stream outer join, whose
-event-time timers write the unmatched rows of keys that receive no more input. Like ``table_state``, this module
+joins) and both operators of a foreign-key join are these; so is a stream-stream join, whose
+event-time timers write an outer join's unmatched rows of keys that receive no more input. Like ``table_state``, this module
 imports only what the processors need (PySpark and the plain-Python join steps), so a worker
 unpickles them quickly. Each keeps one value of state per key in the state store (RocksDB,
 checkpointed with the query) and emits rows (append mode)."""
@@ -143,7 +143,7 @@ class ForeignKeyProcessor(StatefulProcessor):
 
 
 class StreamStreamProcessor(StatefulProcessor):
-    """A stream-stream outer join keyed by the join key (event time: Spark's watermark is the
+    """A stream-stream join (INNER or outer) keyed by the join key (event time: Spark's watermark is the
     query's stream time); state: the key's buffered rows of both sides and the stream time it saw
     (``stream_join_steps``), one event-time timer at the key's next deadline (an unmatched row's
     window closing, or its rows' eviction)."""

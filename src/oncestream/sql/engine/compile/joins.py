@@ -1,11 +1,8 @@
-"""Joins: stream-stream (``WITHIN``) with Spark's stream-stream join, stream-table with Spark's
-state store.
+"""Joins: stream-stream (``WITHIN``) and stream-table with Spark's state store.
 
-Stream-stream: both sides carry a watermark (the grace period, default 24 h) and the condition
-adds ksqlDB's time bounds, ``L.ROWTIME - before <= R.ROWTIME <= L.ROWTIME + after``; Spark
-keeps each side's rows in its state store until the watermark passes the bound. An outer join's
-unmatched row is emitted when the watermark closes its window (ksqlDB 0.25+ behaves the same
-with a grace period).
+Stream-stream (INNER, LEFT, RIGHT, FULL OUTER): both sides keyed by the join key and unioned into
+one ``transformWithState`` operator in event time that does what Kafka Streams'
+``KStreamKStreamJoin`` does for ksqlDB (``stream_join_steps``, ``_stream_stream``).
 
 Stream-table: Spark cannot join a stream with a changing table (it would join each stream row
 with every version of the table). Both sides are instead keyed by the join key and unioned into
@@ -24,8 +21,7 @@ stream after a table) are one n-way operator on their common key (``table_joins`
 joins are chained Spark operators: a stream-table step keys the result so far by its left key; a
 stream-stream step joins it with the next stream within WITHIN of the result's ROWTIME (the larger
 of a stream-stream join's two rows', the stream row's of a stream-table join, as in Kafka
-Streams), with implied bounds on a watermarked column of an earlier source so that Spark can drop
-old rows from its state. A join whose left key is a key of the result so far (ksqlDB's key
+Streams). A join whose left key is a key of the result so far (ksqlDB's key
 synonyms, one of which may be null after an outer join) joins on their coalesce, which is that
 result's key. Each operator's state is in Spark's checkpointed state store, restored with the
 query's checkpoint; the exactly-once sink makes the output of a replayed batch appear once.
@@ -33,9 +29,8 @@ query's checkpoint; the exactly-once sink makes the output of a replayed batch a
 
 from __future__ import annotations
 
-import itertools
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from pyspark.sql import DataFrame, SparkSession
@@ -61,11 +56,7 @@ from oncestream.sql.language.analyzer_joins import JoinType, key_synonyms
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, ROWTIME, SourceInfo
 from oncestream.sql.language.sql_ast import JoinSpec, SourceKind
 
-DEFAULT_GRACE_MS = 24 * 60 * 60 * 1000
-EVENT_TIME_SHIFT_MS = 1    # an inner stream-stream join's event time is ROWTIME + this (``_stream_stream``)
-LATENESS_MS = 3650 * 24 * 60 * 60 * 1000    # how late a row of an outer stream-stream join may be (10 years)
-
-_ts_ids = itertools.count()
+LATENESS_MS = 3650 * 24 * 60 * 60 * 1000    # how late a row of a stream-stream join may be (10 years)
 
 
 @dataclass
@@ -73,19 +64,15 @@ class _Joined:
     """The sources joined so far (left-deep, as ksqlDB plans n-way joins): the frame (columns
     ``<ALIAS>__<COLUMN>``), its kind, Spark SQL of its ROWTIME (BIGINT ms; a stream-stream join's
     is the larger of its two rows', Kafka Streams' rule), partition and offset (the order of a
-    key's rows in a stream-table join), and ``bounds``: watermarked event-time columns
-    ``c`` with ``c - lo <= ROWTIME + EVENT_TIME_SHIFT_MS <= c + hi`` for every row, which a following stream-stream join
-    adds to its condition so that Spark can drop old rows from its state."""
+    key's rows in the joins' operators)."""
 
     frame: DataFrame
     kind: SourceKind
     rowtime: str
     partition: str
     offset: str
-    bounds: list[tuple[str, int, int]] = field(default_factory=list)
     watermarked: bool = False               # a watermark is defined upstream (Spark allows one per branch)
     pandas_state: bool = False              # an applyInPandasWithState upstream (Spark allows one per query)
-    event_columns: list[str] = field(default_factory=list)   # columns carrying a watermark
 
 
 def _first(spark: SparkSession, alias: str, source: SourceInfo, settings: ReadSettings) -> _Joined:
@@ -101,6 +88,14 @@ def left_key_sql(joined_keys: Sequence[Any], left_key: Any, scope: Scope) -> str
     if any(same_expression(left_key, k) for k in joined_keys):
         return f"coalesce({', '.join(translate(k, scope) for k in joined_keys)})"
     return translate(left_key, scope)
+
+
+def key_column_sql(analyzed: Any, expression: Any, scope: Scope) -> str:
+    """Spark SQL of a key column of a join's result: a key synonym (``SELECT t.id`` of
+    ``... RIGHT JOIN tt ON t.id = tt.id``) is the record's join key, as Kafka Streams keys the
+    join's output, present when that source's side is not (ksqlDB writes a RIGHT join's unmatched
+    right row under its key); another expression as it is."""
+    return left_key_sql(key_synonyms(list(analyzed.joins)), expression, scope)
 
 
 def join_key_sql(analyzed: Any, scope: Scope) -> str:
@@ -154,82 +149,22 @@ def join_frames(spark: SparkSession, analyzed: Any, aliases: Sequence[tuple[str,
 
 def _stream_stream(spark: SparkSession, spec: Any, scope: Scope, left: _Joined, right: tuple[str, SourceInfo],
                    left_sql: str, right_sql: str, settings: ReadSettings) -> _Joined:
-    right_alias, right_source = right
+    """A stream-stream join (INNER, LEFT, RIGHT, FULL OUTER) as Kafka Streams writes it
+    (``stream_join_steps``): both sides keyed by the join key and unioned into one
+    ``transformWithState`` operator in event time, whose watermark (the largest ROWTIME of earlier
+    micro-batches, of both sides) is the stream time that closes windows. Spark's own stream-stream
+    join is not used: its watermark is the smaller of its two sides', so it joins rows ksqlDB drops
+    as out of the grace period while one side lags, and writes a key's rows of one micro-batch in
+    no particular order."""
     if spec.within_before_ms is None:
         raise StatementError("Stream-Stream joins must have a WITHIN clause specified. None was provided.")
     before = spec.within_before_ms
     after = spec.within_after_ms if spec.within_after_ms is not None else before
-    kind = join_kind(spec)
-    if kind != "inner":
-        window = JoinWindow({"left_outer": "LEFT", "right_outer": "RIGHT"}.get(kind, "FULL"), before, after,
-                            spec.within_grace_ms)
-        return _outer_stream_stream(spark, window, left, right, left_sql, right_sql, settings)
-    grace = spec.within_grace_ms if spec.within_grace_ms is not None else DEFAULT_GRACE_MS
-    # Spark's first watermark is 0 and its join drops a row whose event time is not after the
-    # watermark, so rows at ROWTIME 0 (the epoch, Kafka Streams' valid first timestamp) would be
-    # lost as late. The join's event time is ROWTIME + EVENT_TIME_SHIFT_MS on both sides (and in
-    # every bound, so the WITHIN conditions and the grace are unchanged); the ROWTIME columns, and
-    # so the output's ROWTIME, stay the records'.
-    right_ts = f"{right_alias}____ET"
-    lf = left.frame
-    if not left.watermarked:
-        # the first source, or the result of stream-table joins only (Spark's event-time marks do
-        # not pass a stateful Python operator): its ROWTIME as a watermarked event time
-        ts_column = f"__ET{next(_ts_ids)}"
-        lf = lf.withColumn(ts_column, _event_time(left.rowtime)).withWatermark(ts_column, f"{grace} milliseconds")
-        left_ts = quote(ts_column)
-        bounds = [(ts_column, 0, 0)]
-    else:
-        left_ts = f"timestamp_millis({left.rowtime} + {EVENT_TIME_SHIFT_MS})"
-        bounds = left.bounds
-    rf = without_null_values(read_source(spark, right_source, settings, prefix=right_alias), right_source, right_alias)
-    rf = rf.withColumn(right_ts, _event_time(quote(f"{right_alias}__{ROWTIME}"))) \
-        .withWatermark(right_ts, f"{grace} milliseconds")
-    conditions = [f"({left_sql}) = ({right_sql})",
-                  f"{quote(right_ts)} >= {left_ts} - INTERVAL {before} MILLISECONDS",
-                  f"{quote(right_ts)} <= {left_ts} + INTERVAL {after} MILLISECONDS"]
-    for column, lo, hi in bounds:
-        if quote(column) != left_ts or lo or hi:
-            # implied by the bounds above; written on a watermarked column so Spark can evict state
-            conditions += [f"{quote(right_ts)} >= {quote(column)} - INTERVAL {lo + before} MILLISECONDS",
-                           f"{quote(right_ts)} <= {quote(column)} + INTERVAL {hi + after} MILLISECONDS"]
-    frame = lf.join(rf, F.expr(" AND ".join(conditions)), kind)
-    right_rowtime = quote(f"{right_alias}__{ROWTIME}")
-    new_bounds: list[tuple[str, int, int]] = []
-    if kind in ("inner", "left_outer"):
-        new_bounds += [(c, lo, hi + max(after, 0)) for c, lo, hi in bounds]
-    if kind in ("inner", "right_outer"):
-        new_bounds.append((right_ts, 0, before))
-    # Spark allows one event-time column per stream into the next stateful operator: keep the
-    # first bound's (else the left one's) and drop the watermark of the others
-    event_columns = [*left.event_columns, *([bounds[0][0]] if not left.watermarked else []), right_ts]
-    keep = new_bounds[0][0] if new_bounds else event_columns[0]
-    dropped = {c for c in event_columns if c != keep}
-    if dropped:
-        frame = frame.select(*[F.col(quote(c)).alias(c, metadata={"oncestream.event_time": "dropped"}) if c in dropped
-                               else F.col(quote(c)) for c in frame.columns])
-    new_bounds = [b for b in new_bounds if b[0] == keep]
-    return _Joined(frame, SourceKind.STREAM, f"greatest({left.rowtime}, {right_rowtime})",
-                   f"coalesce({left.partition}, {quote(f'{right_alias}__{ROWPARTITION}')})",
-                   f"coalesce({left.offset}, {quote(f'{right_alias}__{ROWOFFSET}')})", bounds=new_bounds,
-                   watermarked=True, pandas_state=left.pandas_state, event_columns=[keep])
-
-
-def _event_time(rowtime_sql: str) -> Any:
-    """An inner stream-stream join's event time of a row: its ROWTIME (Spark SQL, BIGINT ms) plus
-    EVENT_TIME_SHIFT_MS, as a Spark timestamp (``_stream_stream``)."""
-    return F.timestamp_millis(F.expr(rowtime_sql) + F.lit(EVENT_TIME_SHIFT_MS))
-
-
-def _outer_stream_stream(spark: SparkSession, window: JoinWindow, left: _Joined, right: tuple[str, SourceInfo],
-                         left_sql: str, right_sql: str, settings: ReadSettings) -> _Joined:
-    """A stream-stream LEFT/RIGHT/FULL OUTER join as Kafka Streams writes it
-    (``stream_join_steps``): both sides keyed by the join key and unioned into one
-    ``transformWithState`` operator in event time, whose watermark (the largest ROWTIME of earlier
-    micro-batches) is the stream time that closes windows."""
+    kinds = {"inner": "INNER", "left_outer": "LEFT", "right_outer": "RIGHT", "full_outer": "FULL"}
+    window = JoinWindow(kinds[join_kind(spec)], before, after, spec.within_grace_ms)
     right_alias, right_source = right
     lf = left.frame
-    # as the inner join above: Kafka Streams' joins skip a stream record whose value is null
+    # Kafka Streams' joins skip a stream record whose value is null (compile/null_values.py)
     rf = without_null_values(read_source(spark, right_source, settings, prefix=right_alias), right_source, right_alias)
     right_order = (quote(f"{right_alias}__{ROWTIME}"), quote(f"{right_alias}__{ROWPARTITION}"),
                    quote(f"{right_alias}__{ROWOFFSET}"))
@@ -253,8 +188,7 @@ def _outer_stream_stream(spark: SparkSession, window: JoinWindow, left: _Joined,
     frame = joined.select(F.from_json("__L", lf.schema).alias("__l"), F.from_json("__R", rf.schema).alias("__r")) \
         .select("__l.*", "__r.*")
     right_rowtime = quote(f"{right_alias}__{ROWTIME}")
-    # the result's ROWTIME is the larger of the two rows' (an unmatched row's own), Kafka Streams' rule;
-    # Spark's event-time marks do not pass the operator: a later stream-stream join evicts nothing
+    # the result's ROWTIME is the larger of the two rows' (an unmatched row's own), Kafka Streams' rule
     return _Joined(frame, SourceKind.STREAM, f"greatest({left.rowtime}, {right_rowtime})",
                    f"coalesce({left.partition}, {quote(f'{right_alias}__{ROWPARTITION}')})",
                    f"coalesce({left.offset}, {quote(f'{right_alias}__{ROWOFFSET}')})", watermarked=True,

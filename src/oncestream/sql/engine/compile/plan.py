@@ -31,7 +31,7 @@ from sqlglot import exp
 from oncestream.sql.engine.compile import serde_columns
 from oncestream.sql.engine.compile.expressions import Scope, is_aggregate, quote, translate
 from oncestream.sql.engine.compile.having_gate import gate_having
-from oncestream.sql.engine.compile.joins import join_frames, join_key_sql
+from oncestream.sql.engine.compile.joins import join_frames, join_key_sql, key_column_sql
 from oncestream.sql.engine.compile.null_values import key_only
 from oncestream.sql.engine.compile.sources import (
     RAW_KEY,
@@ -227,7 +227,10 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
         frame, chosen = spread_rows(frame, scope, columns, chosen)
     # A table-table join's key columns are its join key (a RIGHT/FULL join's row may lack the left side).
     join_key = JOIN_KEY if JOIN_KEY in frame.columns else None
-    selected = [(F.col(join_key) if join_key and c.is_key else F.expr(translate(chosen[c.name], scope))).alias(c.name)
+    joined = bool(aliases[1:])
+    selected = [(F.col(join_key) if join_key and c.is_key
+                 else F.expr(key_column_sql(analyzed, chosen[c.name], scope) if joined and c.is_key
+                             else translate(chosen[c.name], scope))).alias(c.name)
                 for c in columns]
     if null_rows:
         # A null-valued record's new key (PARTITION BY) is computed from its key alone.

@@ -1,5 +1,6 @@
-"""The per-key steps of stream-stream outer joins (LEFT, RIGHT, FULL OUTER), plain Python so they
-are tested without Spark: Kafka Streams' ``KStreamKStreamJoin`` as ksqlDB configures it.
+"""The per-key steps of stream-stream joins (INNER, LEFT, RIGHT, FULL OUTER), plain Python so they
+are tested without Spark: Kafka Streams' ``KStreamKStreamJoin`` as ksqlDB configures it (an INNER
+join writes only the joined rows: no side is outer).
 
 ksqlDB builds ``JoinWindows.of(before).after(after)`` when the statement has no ``GRACE PERIOD``
 (grace ``max(24 h - 2 * before, 0)``, the spurious-result fix off) and
@@ -41,15 +42,15 @@ from oncestream.sql.errors import StatementError
 
 LEFT, RIGHT = 0, 1
 
-OUTER_KINDS = ("LEFT", "RIGHT", "FULL")
+JOIN_KINDS = ("INNER", "LEFT", "RIGHT", "FULL")
 
 DEFAULT_GRACE_MS = 24 * 60 * 60 * 1000
 
 
 @dataclass(frozen=True)
 class JoinWindow:
-    """A stream-stream outer join's kind and window (ms): ``grace_ms`` None when the statement
-    has no GRACE PERIOD (ksqlDB's eager emission)."""
+    """A stream-stream join's kind and window (ms): ``grace_ms`` None when the statement has no
+    GRACE PERIOD (ksqlDB's eager emission of an outer join's unmatched rows)."""
 
     kind: str
     before_ms: int
@@ -57,8 +58,8 @@ class JoinWindow:
     grace_ms: int | None
 
     def __post_init__(self) -> None:
-        if self.kind not in OUTER_KINDS:
-            raise StatementError(f"join type {self.kind} is not an outer stream-stream join")
+        if self.kind not in JOIN_KINDS:
+            raise StatementError(f"join type {self.kind} is not a stream-stream join")
 
     @property
     def eager(self) -> bool:
@@ -82,7 +83,7 @@ class JoinWindow:
 
     def outer(self, side: int) -> bool:
         """Whether ``side``'s unmatched rows are written with nulls."""
-        return self.kind == "FULL" or side == self.primary
+        return self.kind == "FULL" or (self.kind != "INNER" and side == self.primary)
 
     def reach(self, side: int) -> tuple[int, int]:
         """How far (before, after) a row of ``side`` looks into the other side's rows."""
