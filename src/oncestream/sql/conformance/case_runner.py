@@ -17,6 +17,11 @@ Rules that make a micro-batch engine comparable with ksqlDB's record-at-a-time t
   table functions) gives the same records in the same order from one batch as from many, so it
   reads everything available per trigger (``CaseEnvironment.bulk_runtime``): a micro-batch costs
   seconds on a loaded machine;
+- a join reading two or more of the case's input topics gets its inputs one at a time, each
+  once the queries consumed the one before (``in_arrival_order``): ksqlDB's test driver processes
+  every input before it takes the next, so a join sees its sides in the case's order, where a
+  micro-batch holding rows of both sides would process them in ROWTIME order (Kafka Streams'
+  choice among partitions with records waiting);
 - a case is finished when every query consumed its source topics up to their last stable
   offset, twice in a row, and no query failed; then each output topic is read to its end;
 - each case has its own topics (``qtt<N>_`` + the case's topic name; a C*AS without KAFKA_TOPIC
@@ -37,7 +42,7 @@ import re
 import shutil
 import threading
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any
@@ -74,6 +79,14 @@ MAX_WAIT_S = 600.0
 # Topic configs of every topic a case creates: the tests' timestamps start at 0, which time-based
 # retention would delete at once.
 TOPIC_CONFIG = {"retention.ms": "-1"}
+
+
+def in_arrival_order(input_topics: Sequence[str], queries: Iterable[tuple[bool, Iterable[str]]]) -> bool:
+    """Whether a case's inputs (written to ``input_topics``, in order) go one at a time: some
+    query, given as (is a join, its source topics), is a join reading two or more of the topics
+    the inputs write (module docstring)."""
+    written = set(input_topics)
+    return any(join and len(written & set(topics)) >= 2 for join, topics in queries)
 
 
 class Outcome(Enum):
@@ -357,8 +370,7 @@ class CaseRun:
         missing = self._post_conditions()
         if missing:
             return Outcome.FAIL, missing, None
-        self._produce_inputs()
-        failure = self._wait_for_queries()
+        failure = self._produce_inputs()
         if failure:
             return Outcome.FAIL, failure, None
         difference = self._compare_outputs()
@@ -510,10 +522,27 @@ class CaseRun:
             sources = written or sources
         return sources[0] if sources else None
 
-    def _produce_inputs(self) -> None:
+    def _produce_inputs(self) -> str:
+        """Writes the inputs and waits for the queries to consume them; empty, else why not."""
+        topics = [self._topic(record.topic) for record in self.case.inputs]
+        joins = [(bool(q.analyzed.joins), [s.topic for s in q.analyzed.sources.values()]) for q in self.started]
+        if not in_arrival_order(topics, joins):
+            self._write_inputs(self.case.inputs)
+            return self._wait_for_queries(len(self.case.inputs))
+        last = len(self.case.inputs) - 1
+        for i, record in enumerate(self.case.inputs):
+            self._write_inputs([record])
+            # Before the last input the next data batch closes what this one's watermark does,
+            # as the test driver's next record would: the offsets are enough.
+            failure = self._wait_for_queries(1, closed=i == last)
+            if failure:
+                return failure
+        return ""
+
+    def _write_inputs(self, records: Iterable[QttRecord]) -> None:
         producer = self.env.producer
         errors: list[str] = []
-        for record in self.case.inputs:
+        for record in records:
             topic = self._topic(record.topic)
             source = self._source_for(topic, reading=True)
             headers: list[tuple[str, str | bytes | None]] | None = None
@@ -525,11 +554,13 @@ class CaseRun:
         if not producer.flush(CLIENT_TIMEOUT_S) or errors:
             raise RuntimeError(f"inputs not acknowledged: {errors[:3]}")
 
-    def _wait_for_queries(self) -> str:
-        """Empty when every started query consumed its inputs (module docstring); else why not."""
+    def _wait_for_queries(self, inputs: int, closed: bool = True) -> str:
+        """Empty when every started query consumed its inputs (module docstring; ``closed``
+        false: up to the stable offsets, without the batch that writes what the watermark
+        closes); else why not."""
         if not self.started:
             return ""
-        timeout_s = min(MAX_WAIT_S, BASE_WAIT_S + WAIT_PER_INPUT_S * len(self.case.inputs))
+        timeout_s = min(MAX_WAIT_S, BASE_WAIT_S + WAIT_PER_INPUT_S * inputs)
         deadline = time.monotonic() + timeout_s
         topics = {s.topic for q in self.started for s in q.analyzed.sources.values()}
         offsets = _StableOffsets(self.env.bootstrap)
@@ -542,7 +573,7 @@ class CaseRun:
                     if status.state == ERROR:
                         return f"query {query.query.query_id} failed: {status.error}"
                 stable = offsets.latest(topics)
-                if all(self._consumed(q, stable) for q in self.started):
+                if all(self._consumed(q, stable, closed) for q in self.started):
                     settled += 1
                     if settled >= 2:
                         return ""
@@ -551,12 +582,12 @@ class CaseRun:
                 time.sleep(POLL_INTERVAL_S)
         finally:
             offsets.close()
-        behind = [q.query.query_id for q in self.started if not self._consumed(q, stable)]
+        behind = [q.query.query_id for q in self.started if not self._consumed(q, stable, closed)]
         return f"queries had not consumed their inputs after {timeout_s:.0f} s ({len(behind)} of {len(self.started)} behind)"
 
-    def _consumed(self, query: StartQuery, stable: Mapping[tuple[str, int], int]) -> bool:
+    def _consumed(self, query: StartQuery, stable: Mapping[tuple[str, int], int], closed: bool = True) -> bool:
         query_id = query.query.query_id
-        return _consumed(self._runtime(query_id).progress(query_id), stable, query)
+        return _consumed(self._runtime(query_id).progress(query_id), stable, query, closed)
 
     def _compare_outputs(self) -> str:
         by_topic: dict[str, list[QttRecord]] = {}
@@ -593,12 +624,13 @@ def _progress_entry(progress: Any) -> dict[str, Any]:
     return json.loads(text() if callable(text) else text)
 
 
-def _consumed(progress: list[Any], stable: Mapping[tuple[str, int], int], query: StartQuery) -> bool:
+def _consumed(progress: list[Any], stable: Mapping[tuple[str, int], int], query: StartQuery,
+              closed: bool = True) -> bool:
     """Whether ``query``'s last batch ended at or past the stable offsets of its source topics.
-    A query with a watermark (windows, stream-stream joins) must also have reported a batch
-    without input rows since: Spark writes what the watermark closes (EMIT FINAL windows,
-    sessions, outer joins' unmatched rows) in a batch without data after the last one with data,
-    or reports itself idle when there is nothing to close."""
+    With ``closed``, a query with a watermark (windows, stream-stream joins) must also have
+    reported a batch without input rows since: Spark writes what the watermark closes (EMIT FINAL
+    windows, sessions, outer joins' unmatched rows) in a batch without data after the last one
+    with data, or reports itself idle when there is nothing to close."""
     topics = {s.topic for s in query.analyzed.sources.values()}
     wanted = {tp: o for tp, o in stable.items() if tp[0] in topics}
     if not any(wanted.values()):
@@ -606,7 +638,7 @@ def _consumed(progress: list[Any], stable: Mapping[tuple[str, int], int], query:
     if not progress:
         return False
     last = _progress_entry(progress[-1])
-    if "watermark" in (last.get("eventTime") or {}) and last.get("numInputRows", 0) != 0:
+    if closed and "watermark" in (last.get("eventTime") or {}) and last.get("numInputRows", 0) != 0:
         return False
     ended: dict[tuple[str, int], int] = {}
     for source in last.get("sources", []):
