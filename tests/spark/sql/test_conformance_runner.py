@@ -10,10 +10,11 @@ inputs framed from the declared columns' schema, and columns read from a schema 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from oncestream.sql.conformance.case_runner import Outcome
+from oncestream.sql.conformance.case_runner import CaseResult, Outcome
 from oncestream.sql.conformance.command import case_environment, run_cases
 from oncestream.sql.conformance.qtt_format import load_file
 from oncestream.sql.conformance.report import text_report
@@ -21,17 +22,24 @@ from oncestream.sql.conformance.report import text_report
 pytestmark = [pytest.mark.spark]
 
 FIXTURE = Path(__file__).parent / "fixtures" / "qtt" / "runner_cases.json"
+ARRIVAL_ORDER = Path(__file__).parent / "fixtures" / "qtt" / "arrival_order.json"
 
 
-def test_runner_reports_pass_fail_expected_errors_and_out_of_scope(sql_spark, eos_broker, registry, tmp_path):
+def _run_fixture(sql_spark: Any, eos_broker: Any, tmp_path: Path, fixture: Path) -> list[CaseResult]:
+    """Every case of ``fixture`` through the runner (all of them run)."""
     from oncestream.sql.engine.serde import current_registry
 
     env = case_environment(sql_spark, eos_broker.bootstrap, str(tmp_path / "checkpoints"), current_registry())
     try:
-        results, not_run = run_cases(load_file(FIXTURE), env, jobs=1)
+        results, not_run = run_cases(load_file(fixture), env, jobs=1)
     finally:
         env.close()
     assert not_run == []
+    return results
+
+
+def test_runner_reports_pass_fail_expected_errors_and_out_of_scope(sql_spark, eos_broker, registry, tmp_path):
+    results = _run_fixture(sql_spark, eos_broker, tmp_path, FIXTURE)
     by_name = {r.name.removeprefix("runner_cases - "): r for r in results}
     report = text_report(results, verbose=True)
 
@@ -98,3 +106,12 @@ def test_input_producer_writes_a_record_without_key_and_value_in_order(eos_broke
         consumer.close()
     assert got == [(b"k", b"1", 1000, None), (None, None, 2000, None), (b"h", b"2", 2500, [("a", None), ("b", b"x")]),
                    (None, b"3", 3000, [("c", b"y")])]
+
+
+def test_a_join_sees_its_inputs_in_the_cases_order(sql_spark, eos_broker, registry, tmp_path):
+    """ksqlDB's test driver processes each input before the next: a stream row whose ROWTIME
+    (100, from its AT column) is older than the table row written before it (5000) still joins
+    it. In one micro-batch the stream-table join would take the stream row first (ROWTIME
+    order) and write nothing for it."""
+    results = _run_fixture(sql_spark, eos_broker, tmp_path, ARRIVAL_ORDER)
+    assert [(r.outcome, r.detail) for r in results] == [(Outcome.PASS, "")]

@@ -25,6 +25,7 @@ from tests.spark.sql.golden import (
     per_bigint_key,
     produce,
     read_output,
+    read_timed_output,
     sink_of,
     start,
     unique,
@@ -142,3 +143,38 @@ def test_table_table_join_where_writes_tombstones_only_for_rows_it_wrote(runtime
     expected[0].append({"NAME": "high", "F1": "a", "F2": 10})
     assert per_bigint_key(read_output(bootstrap, out_t, 6, runtime=runtime, query_id="CTAS_OUTPUT_W")) == expected
     runtime.stop_persistent("CTAS_OUTPUT_W")
+
+
+def test_table_table_join_writes_are_stamped_with_their_changes_rowtime(runtime, eos_broker):
+    """Kafka Streams stamps a KTable-KTable join's result with the larger of its change's ROWTIME
+    and the other side's row's, a tombstone too (ksqlDB's "table to table unwrapped single field
+    value schema on inputs": the tombstone of a left delete at 20 is at 20, not at the deleted
+    row's 0 or the right row's 10). A LEFT join's right tombstone writes the left row with nulls
+    at the tombstone's ROWTIME."""
+    bootstrap = eos_broker.bootstrap
+    left_t, right_t, inner_t, left_out_t = unique("ttts_l"), unique("ttts_r"), unique("ttts_in"), unique("ttts_lo")
+    create_topics(bootstrap, left_t, right_t, inner_t, left_out_t)
+    left = ddl(f"CREATE TABLE T1 (ID BIGINT PRIMARY KEY, NAME STRING) WITH (kafka_topic='{left_t}', value_format='JSON');")
+    right = ddl(f"CREATE TABLE T2 (ID BIGINT PRIMARY KEY, F1 STRING) WITH (kafka_topic='{right_t}', value_format='JSON');")
+    produce(bootstrap, left_t, [(_long(0), b'{"NAME":"a"}', T0), (_long(1), b'{"NAME":"c"}', T0 + 5),
+                                (_long(0), None, T0 + 20)])
+    produce(bootstrap, right_t, [(_long(0), b'{"F1":"b"}', T0 + 10), (_long(1), b'{"F1":"d"}', T0 + 12),
+                                 (_long(1), None, T0 + 30)])
+    tables = {"T1": left, "T2": right}
+    for name, join, topic, count in (("IN", "JOIN", inner_t, 4), ("LO", "LEFT JOIN", left_out_t, 6)):
+        _s, analyzed = analyze(f"CREATE TABLE {name} AS SELECT T1.ID, NAME, F1 FROM T1 {join} T2 ON T1.ID = T2.ID;",
+                               tables)
+        start(runtime, f"CTAS_TS_{name}", analyzed, sink_of(analyzed, name, topic))
+        got = read_timed_output(bootstrap, topic, count, runtime=runtime, query_id=f"CTAS_TS_{name}")
+        runtime.stop_persistent(f"CTAS_TS_{name}")
+        by_key: dict[int, list[tuple[Any, int]]] = {}
+        for key, value, ts in got:
+            assert key is not None
+            by_key.setdefault(struct.unpack(">q", key)[0], []).append((None if value is None else json.loads(value), ts - T0))
+        if join == "JOIN":
+            assert by_key == {0: [({"NAME": "a", "F1": "b"}, 10), (None, 20)],
+                              1: [({"NAME": "c", "F1": "d"}, 12), (None, 30)]}
+        else:
+            assert by_key == {0: [({"NAME": "a", "F1": None}, 0), ({"NAME": "a", "F1": "b"}, 10), (None, 20)],
+                              1: [({"NAME": "c", "F1": None}, 5), ({"NAME": "c", "F1": "d"}, 12),
+                                  ({"NAME": "c", "F1": None}, 30)]}

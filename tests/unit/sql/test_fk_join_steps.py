@@ -98,3 +98,14 @@ def test_messages_say_which_group_holds_the_last_one() -> None:
     assert state is None
     assert messages[-1].row == '{"a":2}'      # the deleted row: the tombstone's key comes from it
     assert isinstance(messages[0], Message)
+
+
+def test_each_write_names_the_event_that_caused_it() -> None:
+    """A foreign-key join's write is stamped with the ROWTIME of the record that caused it (Kafka
+    Streams forwards that timestamp through KIP-213's subscription and response topics): a right
+    tombstone's writes name it, not the subscriptions before it."""
+    sub = [Message("0", "SUB", "1", '{"NAME":"zero"}', False, True), Message("0", "SUB", "10", '{"NAME":"bar"}', False, True)]
+    events: list[tuple[str, Any]] = [("RIGHT", '{"F1":"a"}'), ("LEFT", sub[0]), ("LEFT", sub[1]), ("RIGHT", None)]
+    writes, _right, _subs = foreign_key_step("INNER", events, None, {})
+    assert [(w.left_key, w.delete, w.event) for w in writes] == [("1", False, 1), ("10", False, 2), ("1", True, 3),
+                                                                 ("10", True, 3)]

@@ -115,6 +115,15 @@ def test_two_tables_agree_with_the_two_way_step(kind: str) -> None:
         assert state == [left, right]
 
 
+def test_each_write_names_the_change_that_wrote_it() -> None:
+    """A write's ROWTIME is its change's (Kafka Streams stamps a tombstone with the deleting
+    record's time): ``record`` is the index of that change, in the batch's processing order."""
+    sides = [1, 0, 1, 0]
+    rows = ['{"b":1}', '{"a":1}', None, None]
+    written, _state = nway_table_step(["INNER"], sides, rows, [1, 0, 2, 3], [None, None])
+    assert [(w.record, w.delete) for w in written] == [(0, False), (2, True)]
+
+
 def test_every_pair_of_kinds_is_accepted() -> None:
     for kinds in itertools.product(KINDS, repeat=2):
         assert _run(list(kinds), [(0, {"a": 1}, 0), (1, {"b": 1}, 1), (2, {"c": 1}, 2)], batched=True)[-1][0] == (

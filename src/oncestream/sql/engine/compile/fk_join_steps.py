@@ -46,13 +46,16 @@ class Message:
 
 @dataclass(frozen=True)
 class FkWrite:
-    """One write of the join: the left key, the two rows (JSON or None) and whether it is a
-    tombstone."""
+    """One write of the join: the left key, the two rows (JSON or None), whether it is a
+    tombstone, and the index of the event that wrote it (its ROWTIME is that event's: Kafka
+    Streams forwards a foreign-key join's result with the timestamp of the record that caused
+    it, through the subscription and response topics)."""
 
     left_key: str
     left: str | None
     right: str | None
     delete: bool
+    event: int = -1
 
 
 def subscriptions(left_key: str, changes: Sequence[tuple[str | None, str | None, str | None]],
@@ -84,20 +87,20 @@ def foreign_key_step(kind: str, events: Sequence[tuple[str, Any]], right: str | 
                      subscribed: dict[str, str]) -> tuple[list[FkWrite], str | None, dict[str, str]]:
     """One foreign key's micro-batch: ``events`` in order, each ("RIGHT", right row JSON or None)
     or ("LEFT", ``Message``), against the key's right row and its subscribed left rows (left key
-    -> row). Returns the writes and the new state."""
+    -> row). Returns the writes (each with the index of its event) and the new state."""
     if kind not in KINDS:
         raise StatementError(f"{kind} OUTER JOIN on a foreign key is not supported")
     writes: list[FkWrite] = []
     subs = dict(subscribed)
     moved: set[str] = set()
-    for source, event in events:
+    for i, (source, event) in enumerate(events):
         if source == "RIGHT":
             right = event if isinstance(event, str) else None
             for left_key in sorted(subs, key=_key_order):
                 if right is None and kind == "INNER":
-                    writes.append(FkWrite(left_key, subs[left_key], None, True))
+                    writes.append(FkWrite(left_key, subs[left_key], None, True, i))
                 else:
-                    writes.append(FkWrite(left_key, subs[left_key], right, False))
+                    writes.append(FkWrite(left_key, subs[left_key], right, False, i))
             continue
         message: Message = event
         if not message.final:
@@ -106,7 +109,7 @@ def foreign_key_step(kind: str, events: Sequence[tuple[str, Any]], right: str | 
             subs.pop(message.left_key, None)
         elif message.kind == DELETE:
             subs.pop(message.left_key, None)
-            writes.append(FkWrite(message.left_key, message.row, None, True))
+            writes.append(FkWrite(message.left_key, message.row, None, True, i))
         else:
             row = message.row
             if row is None:
@@ -114,11 +117,11 @@ def foreign_key_step(kind: str, events: Sequence[tuple[str, Any]], right: str | 
             if message.group is not None:
                 subs[message.left_key] = row
             if right is not None and message.group is not None:
-                writes.append(FkWrite(message.left_key, row, right, False))
+                writes.append(FkWrite(message.left_key, row, right, False, i))
             elif kind == "LEFT":
-                writes.append(FkWrite(message.left_key, row, None, False))
+                writes.append(FkWrite(message.left_key, row, None, False, i))
             elif message.had_old:
-                writes.append(FkWrite(message.left_key, row, None, True))
+                writes.append(FkWrite(message.left_key, row, None, True, i))
     return [w for w in writes if w.left_key not in moved], right, subs
 
 

@@ -9,7 +9,9 @@ plain Python (``fk_join_steps``):
    right, partition, offset) order; the state is the right row and the subscribed left rows; it
    writes the joined rows (a right change re-writes every subscribed left row).
 
-The output key is the left table's key (its key columns, from the left row). Both operators'
+The output key is the left table's key (its key columns, from the left row); a write's ROWTIME
+is that of the record that caused it (Kafka Streams' KIP-213 join forwards that timestamp), a
+tombstone's too. Both operators'
 state is in Spark's checkpointed state store, restored with the query's checkpoint.
 """
 
@@ -69,6 +71,11 @@ def fk_table_join(spark: SparkSession, analyzed: Any, scope: Scope, left: tuple[
                        F.lit(1).alias("__SIDE")).where(F.col("__G").isNotNull())
     union = messages.withColumn("__SIDE", F.lit(0)).unionByName(rights)
     writes = union.groupBy("__G").transformWithState(ForeignKeyProcessor(kind), FK_WRITES, "Append", "None")
-    joined = writes.select("__DEL", F.from_json("__L", lf.schema).alias("__LROW"),
-                           F.from_json("__R", rf.schema).alias("__RROW")).select("__DEL", "__LROW.*", "__RROW.*")
+    joined = writes.select("__DEL", "__TS", F.from_json("__L", lf.schema).alias("__LROW"),
+                           F.from_json("__R", rf.schema).alias("__RROW")).select("__DEL", "__TS", "__LROW.*", "__RROW.*")
+    # A write's ROWTIME is its event's (fk_join_steps.FkWrite), not the rows' (result_rowtime
+    # takes the larger of the two tables' ROWTIMEs).
+    for alias in (left_alias, right_alias):
+        joined = joined.withColumn(f"{alias}__{ROWTIME}", F.col("__TS"))
+    joined = joined.drop("__TS")
     return joined.withColumn(f"{left_alias}__{TOMBSTONE}", F.col("__DEL")).drop("__DEL")

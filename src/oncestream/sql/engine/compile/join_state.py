@@ -36,7 +36,8 @@ MESSAGES = T.StructType([T.StructField("__G", _S), T.StructField("__KIND", _S), 
                          T.StructField("__FINAL", T.BooleanType()), T.StructField("__ORD_TS", T.LongType()),
                          T.StructField("__ORD_P", T.LongType()), T.StructField("__ORD_O", T.LongType()),
                          T.StructField("__SEQ", T.LongType())])
-FK_WRITES = T.StructType([T.StructField("__L", _S), T.StructField("__R", _S), T.StructField("__DEL", T.BooleanType())])
+FK_WRITES = T.StructType([T.StructField("__L", _S), T.StructField("__R", _S), T.StructField("__DEL", T.BooleanType()),
+                          T.StructField("__TS", T.LongType())])
 STREAM_STREAM_OUT = T.StructType([T.StructField("__L", _S), T.StructField("__R", _S)])
 _ROW_STATE = T.StructType([T.StructField("row", _S)])
 _LEFT_STATE = T.StructType([T.StructField("row", _S), T.StructField("fk", _S)])
@@ -136,7 +137,7 @@ class ForeignKeyProcessor(StatefulProcessor):
         else:
             self.group.update((right, json.dumps(subscribed)))
         for w in writes:
-            yield Row(__L=w.left, __R=w.right, __DEL=w.delete)
+            yield Row(__L=w.left, __R=w.right, __DEL=w.delete, __TS=int(batch[w.event]["__ORD_TS"]))
 
     def close(self) -> None:
         pass

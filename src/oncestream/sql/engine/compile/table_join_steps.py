@@ -5,6 +5,7 @@ tables on one key: ``nway_table_step``) and the WHERE stage's tombstone rule (``
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -123,12 +124,16 @@ def _joined(kinds: Sequence[str], rows: Sequence[Any], upto: int) -> tuple[Any, 
 @dataclass(frozen=True)
 class NwayOutput:
     """One write of an n-way table join for a key: each table's row (None: absent), whether it is
-    a tombstone, and the key's result before the change (``had_old``: there was one)."""
+    a tombstone, and the key's result before the change (``had_old``: there was one). Its
+    ROWTIME is Kafka Streams' join result timestamp, the larger of the change's and the other
+    tables' present rows' (``KTableKTable*Join``), also for a tombstone: the change's table's
+    ROWTIME in ``rows`` is therefore the change's (``table_joins``), not the last row's."""
 
     rows: tuple[Any, ...]
     delete: bool
     old_rows: tuple[Any, ...]
     had_old: bool
+    record: int = -1    # the index of the change that wrote it (``nway_table_step``)
 
 
 def nway_change(kinds: Sequence[str], side: int, new: Any, state: Sequence[Any]) -> NwayOutput | None:
@@ -177,7 +182,7 @@ def nway_table_step(kinds: Sequence[str], sides: Sequence[int], rows: Sequence[A
                     state: Sequence[Any]) -> tuple[list[NwayOutput], list[Any]]:
     """One key's micro-batch of an n-way table join: the changes (``rows[i]`` of table
     ``sides[i]``, None for a tombstone) in ``order`` against ``state`` (each table's row).
-    Returns the writes and the new state."""
+    Returns the writes (each with the index ``i`` of its change) and the new state."""
     out: list[NwayOutput] = []
     current = list(state)
     for i in order:
@@ -186,7 +191,7 @@ def nway_table_step(kinds: Sequence[str], sides: Sequence[int], rows: Sequence[A
         written = nway_change(kinds, side, new, current)
         current[side] = new
         if written is not None:
-            out.append(written)
+            out.append(dataclasses.replace(written, record=i))
     return out, current
 
 

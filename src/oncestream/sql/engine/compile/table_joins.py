@@ -17,8 +17,9 @@ tombstone, or nothing:
 - FULL OUTER: the joined row of whichever sides exist; a tombstone once both are gone.
 
 Every change is written (no micro-batch coalescing: the output is ksqlDB's with its record cache
-off). The output key is the join key (``JOIN_KEY``: a RIGHT or FULL join's key when the left row
-is absent is the right row's key, as in ksqlDB).
+off). A write's ROWTIME is Kafka Streams' (``KTableKTable*Join``): the larger of its change's and
+the other tables' present rows', a tombstone's too. The output key is the join key (``JOIN_KEY``:
+a RIGHT or FULL join's key when the left row is absent is the right row's key, as in ksqlDB).
 
 Each write also carries the key's join result before the change (Kafka Streams' old value): with
 a WHERE clause a row failing it (or a tombstone) is written as a tombstone only when the old result
@@ -53,11 +54,12 @@ JOIN_KEY = "__JOINKEY"
 
 
 def _schemas(n: int) -> tuple[T.StructType, T.StructType]:
-    """The operator's output (each table's row, tombstone, the old rows, had an old result) and
-    state (each table's row) for ``n`` tables."""
+    """The operator's output (each table's row, tombstone, the old rows, had an old result, the
+    changed table and its change's ROWTIME) and state (each table's row) for ``n`` tables."""
     string = T.StringType()
     out = T.StructType([*(T.StructField(f"__S{i}", string) for i in range(n)), T.StructField("__DEL", T.BooleanType()),
-                        *(T.StructField(f"__O{i}", string) for i in range(n)), T.StructField("__OLD", T.BooleanType())])
+                        *(T.StructField(f"__O{i}", string) for i in range(n)), T.StructField("__OLD", T.BooleanType()),
+                        T.StructField("__CHG", T.IntegerType()), T.StructField("__CHG_TS", T.LongType())])
     # two tables keep the state field names of the two-way join (checkpoints written before n-way joins)
     names = ["left", "right"] if n == 2 else [f"row{i}" for i in range(n)]
     state = T.StructType([T.StructField(name, string) for name in names])
@@ -89,6 +91,8 @@ def _join_function(kinds: list[str]) -> Any:
         for i in range(n):
             columns[f"__O{i}"] = pd.Series([o.old_rows[i] for o in out], dtype=object)
         columns["__OLD"] = pd.Series([o.had_old for o in out], dtype=bool)
+        columns["__CHG"] = pd.Series([int(rows["__SIDE"].iat[o.record]) for o in out], dtype="int32")
+        columns["__CHG_TS"] = pd.Series([int(rows["__ORD_TS"].iat[o.record]) for o in out], dtype="int64")
         yield pd.DataFrame(columns)
 
     return join_key_rows
@@ -131,7 +135,7 @@ def table_table(spark: SparkSession, analyzed: Any, scope: Scope, tables: list[t
         _join_function(kinds), out_schema, state_schema, "append", GroupStateTimeout.NoTimeout)
 
     n = len(tables)
-    carried = [*(f"__S{i}" for i in range(n)), "__DEL", *(f"__O{i}" for i in range(n)), "__OLD"]
+    carried = [*(f"__S{i}" for i in range(n)), "__DEL", *(f"__O{i}" for i in range(n)), "__OLD", "__CHG", "__CHG_TS"]
 
     def parsed(frame: DataFrame, prefix: str, keep: list[str]) -> DataFrame:
         """``frame``'s kept columns and the tables' columns parsed from ``<prefix><i>``."""
@@ -149,6 +153,14 @@ def table_table(spark: SparkSession, analyzed: Any, scope: Scope, tables: list[t
         passes = ~F.col("__DEL") & F.coalesce(F.expr(where_sql), F.lit(False))
         tombstone = F.when(passes, F.lit(False)).when(F.col("__KEEP_OLD"), F.lit(True))
         frame = new.withColumn("__DEL", tombstone).where(F.col("__DEL").isNotNull()).select(*carried)
-    result = parsed(frame, "__S", ["__DEL"])
+    result = parsed(frame, "__S", ["__DEL", "__CHG", "__CHG_TS"])
+    # Kafka Streams stamps a join result, a tombstone too, with the larger of its change's ROWTIME
+    # and the other tables' rows' (result_rowtime takes the larger of the tables' ROWTIMEs): the
+    # changed table's is its change's, not that of the row a tombstone carries (or of none).
+    for i, (alias, _source) in enumerate(tables):
+        rowtime = f"{alias}__{ROWTIME}"
+        result = result.withColumn(rowtime, F.when(F.col("__CHG") == i, F.col("__CHG_TS"))
+                                   .otherwise(F.col(quote(rowtime))))
+    result = result.drop("__CHG", "__CHG_TS")
     result = result.withColumn(JOIN_KEY, F.coalesce(*(F.expr(k) for k in key_sql)))
     return result.withColumn(f"{tables[0][0]}__{TOMBSTONE}", F.col("__DEL")).drop("__DEL")
