@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
 
 from sqlglot import exp
 
@@ -34,6 +33,7 @@ from oncestream.sql.language.coercion import cast_to, common_type
 from oncestream.sql.language.in_list_types import Mismatch, list_type
 from oncestream.sql.language.parser import typeparse
 from oncestream.sql.language.parser.typeparse import UnknownDataTypeError
+from oncestream.sql.language.partial_timestamp import partial_timestamp_millis
 from oncestream.sql.language.types import BaseType, SqlType
 
 TYPE_KEY = "ksql_type"
@@ -533,6 +533,7 @@ class ExpressionResolver:
         if isinstance(node, exp.Between):
             this = self._resolve(node.this, clause)
             low, high = self._resolve(node.args["low"], clause), self._resolve(node.args["high"], clause)
+            low, high = _timestamp_string_as_millis(low, this), _timestamp_string_as_millis(high, this)
             for bound in (low, high):
                 if not _comparable(type_of(this), type_of(bound)):
                     raise ExpressionTypeError(f"Cannot compare {self._operand_text(node.this)} ({_tname(type_of(this))}) to "
@@ -734,21 +735,17 @@ class ExpressionResolver:
 
 
 def _timestamp_string_as_millis(node: exp.Expr, other: exp.Expr) -> exp.Expr:
-    """A string literal compared with ROWTIME / WINDOWSTART / WINDOWEND: ksqlDB reads it as a
-    timestamp ('2020-01-01', '2020-01-01T10:00:00[.SSS][Z|+hh:mm]', UTC unless a zone is given) and
-    compares epoch milliseconds. Other nodes are returned unchanged."""
+    """A string literal compared with ROWTIME / WINDOWSTART / WINDOWEND (by a comparison or
+    BETWEEN): ksqlDB reads it as a possibly partial timestamp ('2018', '2020-01-01',
+    '2020-01-01T10:00:00.000+0200'; ``partial_timestamp``) and compares epoch milliseconds.
+    Other nodes are returned unchanged."""
     time_column = isinstance(other, exp.Column) and bool(other.meta.get(PSEUDO_KEY)) and \
         other.name in (catalog.ROWTIME, *WINDOW_BOUNDS)
     if not (time_column and isinstance(node, exp.Literal) and node.is_string):
         return node
-    text = str(node.this).strip()
-    try:
-        parsed = datetime.fromisoformat(text.replace("Z", "+00:00"))
-    except ValueError:
+    millis = partial_timestamp_millis(str(node.this))
+    if millis is None:
         return node
-    if parsed.tzinfo is None:
-        parsed = parsed.replace(tzinfo=UTC)
-    millis = int(parsed.timestamp() * 1000)
     out = exp.Literal.number(millis)
     out.meta[TYPE_KEY] = t.BIGINT
     return out
