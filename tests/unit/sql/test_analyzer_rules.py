@@ -219,20 +219,23 @@ def test_in_coerces_literals_and_rowtime_compares_with_timestamp_strings(ms: Met
 
 
 def test_coerced_literals_are_rewritten_in_the_resolved_tree(ms: Metastore) -> None:
-    (stmt,) = parse("SELECT k FROM s WHERE ROWTIME > '2020-01-01T00:00:00' AND v IN (1, '2') AND flag IN ('tr', 'no') "
-                    "AND name IN (1, TRUE) EMIT CHANGES;")
-    a = analyze_query(of_type(stmt, sql_ast.QueryStatement).query, ms.source_map())
-    assert a.where is not None
-    assert a.where.sql() == ('"S"."ROWTIME" > 1577836800000 AND "S"."V" IN (1, 2) AND "S"."FLAG" IN (TRUE, FALSE) '
-                             'AND "S"."NAME" IN (\'1\', \'true\')')
+    assert _where(ms, "ROWTIME > '2020-01-01T00:00:00' AND v IN (1, '2') AND flag IN ('tr', 'no') "
+                      "AND name IN (1, TRUE)") == (
+        '"S"."ROWTIME" > 1577836800000 AND "S"."V" IN (1, 2) AND "S"."FLAG" IN (TRUE, FALSE) '
+        'AND "S"."NAME" IN (\'1\', \'true\')')
     refused(ms, "SELECT k FROM s WHERE v > '2020-01-01' EMIT CHANGES;", r"Cannot compare V \(INTEGER\) to '2020-01-01'")
     # magic-timestamp-conversion.json: partial strings, zones, and BETWEEN too
-    (stmt,) = parse("SELECT k FROM s WHERE ROWTIME >= '2018' AND ROWTIME BETWEEN '2018-01-01T00:00:00.001' "
-                    "AND '2020-02-10T08:31:44.001+0100' EMIT CHANGES;")
+    assert _where(ms, "ROWTIME >= '2018' AND ROWTIME BETWEEN '2018-01-01T00:00:00.001' "
+                      "AND '2020-02-10T08:31:44.001+0100'") == (
+        '"S"."ROWTIME" >= 1514764800000 AND "S"."ROWTIME" BETWEEN 1514764800001 AND 1581319904001')
+
+
+def _where(ms: Metastore, condition: str) -> str:
+    """The resolved WHERE of ``SELECT k FROM s WHERE <condition>`` as SQL."""
+    (stmt,) = parse(f"SELECT k FROM s WHERE {condition} EMIT CHANGES;")
     a = analyze_query(of_type(stmt, sql_ast.QueryStatement).query, ms.source_map())
     assert a.where is not None
-    assert a.where.sql() == ('"S"."ROWTIME" >= 1514764800000 AND "S"."ROWTIME" BETWEEN 1514764800001 '
-                             'AND 1581319904001')
+    return a.where.sql()
 
 
 def test_windowed_sources(ms: Metastore) -> None:
