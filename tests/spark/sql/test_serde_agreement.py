@@ -96,6 +96,12 @@ def test_json_fields_are_matched_case_insensitively_in_spark(sql_spark):
     assert got == [{"ID": 1, "NAME": "x", "ST": {"F": 2}, "__UNREADABLE_VALUE": False, "__TOMBSTONE": False},
                    {"ID": 3, "NAME": None, "ST": None, "__UNREADABLE_VALUE": False, "__TOMBSTONE": False}]
     assert [layout.decode_value(b'{"id":1,"Name":"x","st":{"F":2}}')] == [{"ID": 1, "NAME": "x", "ST": {"F": 2}}]
+    # a single STRUCT key (unwrapped) too (json.json "STRUCT - key"); JSON null is a null key
+    keyed = _layout(Format.JSON, Format.JSON, keys=[("K", t.struct_of(("F", t.DOUBLE)))], values=[("V", t.INTEGER)])
+    keys = sql_spark.createDataFrame([(b'{"f":45.67}',), (b"null",), (None,)], "key binary")
+    got = [_plain(r.asDict()) for r in keys.select(*serde_columns.decode_key(keyed, F.col("key"))).collect()]
+    assert [g["K"] for g in got] == [{"F": 45.67}, None, None]
+    assert keyed.decode_key(b'{"f":45.67}')[0] == {"K": {"F": 45.67}}
 
 
 def test_json_integers_are_read_from_any_number_in_spark(sql_spark):

@@ -294,6 +294,11 @@ def _decode(fmt: Format, columns: Sequence[Column], data: SparkColumn, delimiter
         text = data.cast("string")
         if single_unwrapped and len(columns) == 1:
             t = columns[0].type
+            if _has_struct(t):
+                # a STRUCT's fields match case-insensitively here too (json.json "STRUCT - key");
+                # a record read as null goes to the Python serde, which tells JSON null from bad
+                value = _json_ci(text, t)
+                return [from_wire(value, t).alias(names[0])], present & value.isNull()
             parsed = F.from_json(F.concat(F.lit("["), text, F.lit("]")), T.ArrayType(_wire_type(t)))
             return [from_wire(parsed.getItem(0), t).alias(names[0])], present & (parsed.isNull() | (F.size(parsed) != 1))
         schema = T.StructType([T.StructField(c.name, _wire_type(c.type)) for c in columns])
