@@ -638,9 +638,10 @@ class CaseRun:
             sink = self._source_for(topic, reading=False)
             actual = []
             key_codec, value_codec = self._codec(sink, True), self._codec(sink, False)
-            for key_bytes, value_bytes, timestamp_ms in read_committed(self.env.bootstrap, topic):
+            for partition, (key_bytes, value_bytes, timestamp_ms) in read_committed(self.env.bootstrap, topic):
                 key, window = decode_key(key_bytes, sink, key_codec)
-                actual.append(ActualRecord(key, decode_value(value_bytes, sink, value_codec), timestamp_ms, window))
+                actual.append(ActualRecord(key, decode_value(value_bytes, sink, value_codec), timestamp_ms, window,
+                                           partition))
             difference = compare_topic(name, expected, actual, check_zero_timestamps=not self.inserted)
             if difference:
                 return difference
@@ -730,9 +731,9 @@ class _StableOffsets:
         self._consumer.close()
 
 
-def read_committed(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes | None, int]]:
-    """Every committed record of ``topic`` (key, value, timestamp ms), read with confluent-kafka
-    (read_committed) to the end of each partition; partitions one after another."""
+def read_committed(bootstrap: str, topic: str) -> list[tuple[int, tuple[bytes | None, bytes | None, int]]]:
+    """Every committed record of ``topic`` (its partition, and key, value, timestamp ms), read with
+    confluent-kafka (read_committed) to the end of each partition; partitions one after another."""
     from confluent_kafka import Consumer, KafkaError, TopicPartition
 
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "oncestream-conformance-read",
@@ -762,6 +763,6 @@ def read_committed(bootstrap: str, topic: str) -> list[tuple[bytes | None, bytes
         if len(at_end) < len(partitions):
             raise RuntimeError(f"{topic}: the end of partitions {sorted(set(partitions) - at_end)} not reached "
                                f"in {CLIENT_TIMEOUT_S:.0f} s")
-        return [r for p in partitions for r in by_partition[p]]
+        return [(p, r) for p in partitions for r in by_partition[p]]
     finally:
         consumer.close()

@@ -254,6 +254,29 @@ class ActualRecord:
     value: Any
     timestamp_ms: int
     window: Window | None = None
+    partition: int = 0
+
+
+def in_expected_interleaving(expected: Sequence[QttRecord], actual: Sequence[ActualRecord]) -> list[ActualRecord]:
+    """``actual`` (read partition after partition) interleaved to follow ``expected``'s order where
+    the partitions allow it. ksqlDB's test driver records one sequence per topic; a topic of
+    several partitions has no order across them (a consumer sees each partition's order only),
+    so each expected record takes the first unused record of some partition whose key matches
+    (its value too, when several do), each partition's records keeping their order; the rest
+    follow in partition order."""
+    queues: dict[int, list[ActualRecord]] = {}
+    for record in actual:
+        queues.setdefault(record.partition, []).append(record)
+    out: list[ActualRecord] = []
+    for exp in expected:
+        heads = [q[0] for q in queues.values() if q]
+        keyed = [h for h in heads if values_match(exp.key if exp.has_key else None, h.key)]
+        chosen = next((h for h in keyed if values_match(exp.value, h.value)), keyed[0] if keyed else None)
+        if chosen is None:
+            break
+        queues[chosen.partition].pop(0)
+        out.append(chosen)
+    return out + [r for p in sorted(queues) for r in queues[p]]
 
 
 def describe(key: Any, value: Any, timestamp_ms: int | None, window: Window | None) -> str:
@@ -270,7 +293,11 @@ def compare_topic(topic: str, expected: Sequence[QttRecord], actual: Sequence[Ac
                   check_zero_timestamps: bool = True) -> str | None:
     """None when ``actual`` is ``expected`` in order (key, value, window when given, timestamp
     when given); else the first difference in words. ``check_zero_timestamps`` False: an
-    expected timestamp 0 is not checked (ksqlDB's rule for cases with INSERT VALUES)."""
+    expected timestamp 0 is not checked (ksqlDB's rule for cases with INSERT VALUES). Records of
+    a topic of several partitions are compared in the interleaving that follows ``expected``
+    (``in_expected_interleaving``)."""
+    if len({a.partition for a in actual}) > 1:
+        actual = in_expected_interleaving(expected, actual)
     for i, (exp, act) in enumerate(zip(expected, actual, strict=False)):
         problems = []
         if not values_match(exp.key if exp.has_key else None, act.key):
