@@ -244,6 +244,9 @@ def test_select_star_after_partition_by_lays_out_the_repartitioned_schema() -> N
     assert a.columns[0].name == "KSQL_COL_0"
     assert a.columns[0].is_key
     assert a.columns[-1].name == "ID"
+    # a pseudo column keeps its name (partition-by.json "multiple columns including ROWTIME")
+    a = analyze_query(query("SELECT * FROM orders", partition_by=("userid", "ROWTIME")), SOURCES, sink="S2")
+    assert [(c.name, c.is_key) for c in a.columns][:3] == [("USERID", True), ("ROWTIME", True), ("AMOUNT", False)]
 
 
 def test_map_keys_are_refused() -> None:

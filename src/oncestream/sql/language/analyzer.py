@@ -532,7 +532,8 @@ class _Analysis(JoinRules, AggregateRules):
 
     def _star_repartitioned(self, partition_by: tuple[exp.Expr, ...]) -> list[tuple[str, exp.Expr, exp.Expr]]:
         """``SELECT *`` after ``PARTITION BY``, as ksqlDB lays the repartitioned schema out: the
-        new key columns (named after the column or struct field, else ``KSQL_COL_<n>``), the
+        new key columns (named after the column, pseudo column or struct field, else
+        ``KSQL_COL_<n>``), the
         value and header columns not moved into the key, then the old key columns."""
         gen = _AliasGenerator(self.scope_sources)
         alias = next(iter(self.scope_sources))
@@ -543,6 +544,8 @@ class _Analysis(JoinRules, AggregateRules):
             if isinstance(p, exp.Column) and not p.meta.get(PSEUDO_KEY):
                 name = p.name
                 moved.add(p.name)
+            elif isinstance(p, exp.Column):
+                name = p.name   # a pseudo column keeps its name (partition-by.json "... including ROWTIME")
             elif isinstance(p, exp.Dot):
                 name = gen.struct_field(p.expression.name)
             else:
