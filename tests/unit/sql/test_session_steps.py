@@ -143,7 +143,9 @@ def test_aggregates_fold_a_sessions_records_in_arrival_order(name, args, expecte
     for ts, row in enumerate(args):
         writes = session_step(SessionWindow(1000, 0), state, ts, _args(*row))
     slices = [[f"a{i}" for i in range(len(args[0]))]]
-    assert session_results([udaf], slices, writes[-1].entries, _parse) == [expected]
+    entries = writes[-1].entries
+    assert entries is not None
+    assert session_results([udaf], slices, entries, _parse) == [expected]
 
 
 def test_aggregates_without_a_session_fold_are_refused():
