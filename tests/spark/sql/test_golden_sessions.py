@@ -73,3 +73,23 @@ def test_session_merges_write_tombstones_then_the_merged_session_across_a_restar
         (_key(1, T0, T0 + 2400), value(4, 3, 0, 0, 2400), T0 + 2400),
     ]
     runtime.stop_persistent(query_id)
+
+
+def test_session_having_writes_a_tombstone_only_for_a_session_that_passed(runtime, eos_broker):
+    """HAVING over session windows is ksqlDB's KTableFilter on the session table: SUM(X) > 2 with
+    ts 0 (X 1: fails, nothing), 1500 (X 3: passes), 700 (X -5: merges both; [0,0] never passed,
+    nothing; [1500,1500] passed, a tombstone; the merged [0,1500] fails, nothing)."""
+    bootstrap = eos_broker.bootstrap
+    topic, out = unique("session_having_in"), unique("session_having_out")
+    create_topics(bootstrap, topic, out)
+    s = ddl(f"CREATE STREAM S (ID BIGINT KEY, X BIGINT) WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='JSON');")
+    _s, analyzed = analyze("CREATE TABLE SESS AS SELECT ID, SUM(X) AS T FROM S WINDOW SESSION (1 SECOND) GROUP BY ID "
+                           "HAVING SUM(X) > 2 EMIT CHANGES;", {"S": s})
+    query_id = "CTAS_SESSIONS_HAVING_1"
+    one = struct.pack(">q", 1)
+    produce(bootstrap, topic, [(one, b'{"X":1}', T0), (one, b'{"X":3}', T0 + 1500)])
+    start(runtime, query_id, analyzed, sink_of(analyzed, "SESS", out))
+    assert _round(runtime, out, 1, query_id) == [(_key(1, T0 + 1500, T0 + 1500), b'{"T":3}', T0 + 1500)]
+    produce(bootstrap, topic, [(one, b'{"X":-5}', T0 + 700)])
+    assert _round(runtime, out, 2, query_id)[1:] == [(_key(1, T0 + 1500, T0 + 1500), None, T0 + 1500)]
+    runtime.stop_persistent(query_id)

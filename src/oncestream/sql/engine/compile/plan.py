@@ -299,6 +299,12 @@ def _aggregate_sessions(frame: DataFrame, scope: Scope, alias: str, columns: Seq
     grace_ms = window.grace_ms if window.grace_ms is not None else session_default_grace_ms(window.size_ms)
     sessions = aggregate_sessions(frame, scope, alias, columns, chosen, group_exprs, aggregates, having,
                                   window.size_ms, grace_ms, RESULT_ROWTIME)
+    keys = [F.col(quote(c.name)) for c in columns if c.is_key]
+    if having is not None and keys:
+        # ksqlDB's HAVING filter (compile/having_gate.py) over the session table: a tombstone (a
+        # merged session's, or a result failing HAVING) is written only where the session's last
+        # written result passed. A session's key includes both window bounds.
+        sessions = gate_having(sessions, [*keys, F.col(WSTART), F.col(WEND)])
     return CompiledQuery(sessions, tuple(columns), result_kind, window, "append", True)
 
 
