@@ -32,17 +32,24 @@ def _round(runtime, topic, total, query_id):
     return records
 
 
+def _session_query(eos_broker, name: str, select: str):
+    """(bootstrap, input topic, output topic, analyzed C*AS) of ``select`` over a new stream
+    S (ID BIGINT KEY, X BIGINT) in JSON."""
+    bootstrap = eos_broker.bootstrap
+    topic, out = unique(f"{name}_in"), unique(f"{name}_out")
+    create_topics(bootstrap, topic, out)
+    s = ddl(f"CREATE STREAM S (ID BIGINT KEY, X BIGINT) WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='JSON');")
+    _s, analyzed = analyze(f"CREATE TABLE SESS AS {select}", {"S": s})
+    return bootstrap, topic, out, analyzed
+
+
 def test_session_merges_write_tombstones_then_the_merged_session_across_a_restart(runtime, eos_broker):
     """latest-offset-udaf.json "merging session windows", with COUNT, MAX and the window bounds:
     ts 0, 1500, 700 (1 s gap) give [0,0], [1500,1500], two tombstones and [0,1500]. After a
     restart from the checkpoint, ts 2400 extends [0,1500] (a tombstone of it, then [0,2400])."""
-    bootstrap = eos_broker.bootstrap
-    topic, out = unique("session_in"), unique("session_out")
-    create_topics(bootstrap, topic, out)
-    s = ddl(f"CREATE STREAM S (ID BIGINT KEY, X BIGINT) WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='JSON');")
-    _s, analyzed = analyze("CREATE TABLE SESS AS SELECT ID, COUNT(*) AS C, MAX(X) AS M, LATEST_BY_OFFSET(X) AS L, "
-                           "WINDOWSTART AS WS, WINDOWEND AS WE FROM S WINDOW SESSION (1 SECOND) GROUP BY ID "
-                           "EMIT CHANGES;", {"S": s})
+    bootstrap, topic, out, analyzed = _session_query(
+        eos_broker, "session", "SELECT ID, COUNT(*) AS C, MAX(X) AS M, LATEST_BY_OFFSET(X) AS L, WINDOWSTART AS WS, "
+        "WINDOWEND AS WE FROM S WINDOW SESSION (1 SECOND) GROUP BY ID EMIT CHANGES;")
     sink = sink_of(analyzed, "SESS", out)
     query_id = "CTAS_SESSIONS_1"
     one = struct.pack(">q", 1)
@@ -79,12 +86,9 @@ def test_session_having_writes_a_tombstone_only_for_a_session_that_passed(runtim
     """HAVING over session windows is ksqlDB's KTableFilter on the session table: SUM(X) > 2 with
     ts 0 (X 1: fails, nothing), 1500 (X 3: passes), 700 (X -5: merges both; [0,0] never passed,
     nothing; [1500,1500] passed, a tombstone; the merged [0,1500] fails, nothing)."""
-    bootstrap = eos_broker.bootstrap
-    topic, out = unique("session_having_in"), unique("session_having_out")
-    create_topics(bootstrap, topic, out)
-    s = ddl(f"CREATE STREAM S (ID BIGINT KEY, X BIGINT) WITH (KAFKA_TOPIC='{topic}', VALUE_FORMAT='JSON');")
-    _s, analyzed = analyze("CREATE TABLE SESS AS SELECT ID, SUM(X) AS T FROM S WINDOW SESSION (1 SECOND) GROUP BY ID "
-                           "HAVING SUM(X) > 2 EMIT CHANGES;", {"S": s})
+    bootstrap, topic, out, analyzed = _session_query(
+        eos_broker, "session_having", "SELECT ID, SUM(X) AS T FROM S WINDOW SESSION (1 SECOND) GROUP BY ID "
+        "HAVING SUM(X) > 2 EMIT CHANGES;")
     query_id = "CTAS_SESSIONS_HAVING_1"
     one = struct.pack(">q", 1)
     produce(bootstrap, topic, [(one, b'{"X":1}', T0), (one, b'{"X":3}', T0 + 1500)])

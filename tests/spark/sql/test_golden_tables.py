@@ -180,7 +180,8 @@ def test_stream_rows_whose_group_by_expression_is_null_are_dropped(runtime, eos_
 
 def test_session_windows_are_written_when_the_watermark_closes_them(runtime, eos_broker):
     """SESSION (5 s, GRACE PERIOD 0) EMIT FINAL: Spark writes a session once the watermark passes it
-    (append mode; see docs/sql-on-spark.md; EMIT CHANGES: test_golden_sessions.py); key = key bytes + 8-byte end + 8-byte start, as Kafka Streams'
+    (append mode; see docs/sql-on-spark.md; EMIT CHANGES: test_golden_sessions.py);
+    key = key bytes + 8-byte end + 8-byte start, as Kafka Streams'
     session key; WINDOWEND is the session's last event time, as ksqlDB."""
     bootstrap = eos_broker.bootstrap
     topic, out_topic = unique("sess_in"), unique("sess_out")
