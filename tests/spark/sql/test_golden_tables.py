@@ -179,8 +179,9 @@ def test_stream_rows_whose_group_by_expression_is_null_are_dropped(runtime, eos_
 
 
 def test_session_windows_are_written_when_the_watermark_closes_them(runtime, eos_broker):
-    """SESSION (5 s, GRACE PERIOD 0): Spark writes a session once the watermark passes it (append
-    mode; see docs/sql-on-spark.md); key = key bytes + 8-byte end + 8-byte start, as Kafka Streams'
+    """SESSION (5 s, GRACE PERIOD 0) EMIT FINAL: Spark writes a session once the watermark passes it
+    (append mode; see docs/sql-on-spark.md; EMIT CHANGES: test_golden_sessions.py);
+    key = key bytes + 8-byte end + 8-byte start, as Kafka Streams'
     session key; WINDOWEND is the session's last event time, as ksqlDB."""
     bootstrap = eos_broker.bootstrap
     topic, out_topic = unique("sess_in"), unique("sess_out")
@@ -191,7 +192,7 @@ def test_session_windows_are_written_when_the_watermark_closes_them(runtime, eos
                                # far later: moves the watermark past the sessions above
                                (_int(4), b'{"K":"c"}', T0 + 60000)])
     _s, analyzed = analyze("CREATE TABLE SW AS SELECT K, COUNT(*) AS C, WINDOWEND AS WE FROM S "
-                           "WINDOW SESSION (5 SECONDS, GRACE PERIOD 0 SECONDS) GROUP BY K EMIT CHANGES;", {"S": s})
+                           "WINDOW SESSION (5 SECONDS, GRACE PERIOD 0 SECONDS) GROUP BY K EMIT FINAL;", {"S": s})
     start(runtime, "CTAS_SW_1", analyzed, sink_of(analyzed, "SW", out_topic))
     got = sorted(read_output(bootstrap, out_topic, 2, runtime=runtime, query_id="CTAS_SW_1"))
     assert got == [

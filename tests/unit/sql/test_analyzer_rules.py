@@ -247,6 +247,18 @@ def test_windowed_sources(ms: Metastore) -> None:
     assert next(e for e in effects if isinstance(e, StartQuery)).sink.window == present(ms.source("WS"), "source WS").window
 
 
+def test_select_star_of_a_windowed_source_has_window_bounds_only_in_a_push_query(ms: Metastore) -> None:
+    """session-windows.json "import session stream": a persistent query's SELECT * of a windowed
+    source drops WINDOWSTART/WINDOWEND (ksqlDB's FinalProjectNode: they are in the windowed key);
+    a push query shows them."""
+    (s,) = parse("SELECT * FROM ws EMIT CHANGES;")
+    push = analyze_query(of_type(s, sql_ast.QueryStatement, "push").query, ms.source_map())
+    assert [c.name for c in push.columns] == ["K", "WINDOWSTART", "WINDOWEND", "C"]
+    (c,) = parse("CREATE STREAM o AS SELECT * FROM ws;")
+    persistent = analyze_query(of_type(c, sql_ast.CreateAsSelect, "C*AS").query, ms.source_map(), sink="O")
+    assert [col.name for col in persistent.columns] == ["K", "C"]
+
+
 def test_delimiter_names(ms: Metastore) -> None:
     accepted(ms, "CREATE STREAM o (a INT, b INT) WITH (kafka_topic='s', value_format='delimited', value_delimiter='TAB');")
     assert present(ms.source("O"), "source O").value_delimiter == "\t"

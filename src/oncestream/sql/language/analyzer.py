@@ -571,7 +571,10 @@ class _Analysis(JoinRules, AggregateRules):
         info = self.scope_sources[alias]
         out: list[tuple[str, exp.Expr, exp.Expr]] = []
         cols: list[tuple[str, SqlType]] = [(c.name, c.type) for c in info.key_columns]
-        if info.window is not None:
+        # A persistent query's final projection drops window bounds selected under their own
+        # name (ksqlDB's FinalProjectNode): they are in the sink's windowed key. A join names
+        # them <ALIAS>_WINDOWSTART, so it keeps them; so does a push query.
+        if info.window is not None and (self.sink is None or is_join):
             cols += [(b, t.BIGINT) for b in WINDOW_BOUNDS]
         cols += [(c.name, c.type) for c in info.value_columns]
         # then the header columns (ksqlDB's source schema puts them after the value columns)

@@ -33,6 +33,7 @@ from oncestream.sql.engine.compile.expressions import Scope, is_aggregate, quote
 from oncestream.sql.engine.compile.having_gate import gate_having
 from oncestream.sql.engine.compile.joins import join_frames, join_key_sql, key_column_sql
 from oncestream.sql.engine.compile.null_values import key_only
+from oncestream.sql.engine.compile.session_aggregation import aggregate_sessions
 from oncestream.sql.engine.compile.sources import (
     RAW_KEY,
     TOMBSTONE,
@@ -217,8 +218,13 @@ def compile_query(spark: SparkSession, query: Query, analyzed: Any, settings: Re
                                           where, having)
             return CompiledQuery(table_frame, columns, result_kind, None, "append", True)
         frame = frame.withColumn(RESULT_ROWTIME, F.expr(result_rowtime(aliases, scope)))
+        emit_final = bool(getattr(analyzed, "emit_final", False))
+        if window is not None and window.kind is WindowKind.SESSION and not emit_final and len(aliases) == 1:
+            # ksqlDB's EMIT CHANGES of merging sessions: compile/session_aggregation.py.
+            return _aggregate_sessions(frame, scope, first_alias, columns, chosen, group_exprs,
+                                       tuple(getattr(analyzed, "aggregates", ())), where, having, window, result_kind)
         return _aggregate(spark, frame, scope, columns, chosen, group_exprs, where, having, window, result_kind,
-                          scope.internal(first_alias, TS), bool(getattr(analyzed, "emit_final", False)))
+                          scope.internal(first_alias, TS), emit_final)
     if has_table_functions(expressions):
         # EXPLODE / CUBE_EXPLODE spread each row (compile/table_functions.py), after WHERE
         if where is not None:
@@ -275,6 +281,37 @@ def _window_sql(window: WindowSpec, ts: str) -> str:
         advance = window.advance_ms or window.size_ms
         return f"window({quote(ts)}, '{window.size_ms} milliseconds', '{advance} milliseconds')"
     return f"session_window({quote(ts)}, '{window.size_ms} milliseconds')"
+
+
+def _aggregate_sessions(frame: DataFrame, scope: Scope, alias: str, columns: Sequence[Column],
+                        chosen: Mapping[str, exp.Expression], group_exprs: Sequence[exp.Expression],
+                        aggregates: Sequence[exp.Expression], where: exp.Expression | None,
+                        having: exp.Expression | None, window: WindowSpec, result_kind: SourceKind) -> CompiledQuery:
+    """A session-window aggregation of one stream with EMIT CHANGES: every record writes its
+    session's result, after tombstones of the sessions it merged (compile/session_aggregation.py).
+    The frame must carry RESULT_ROWTIME (the records' event time)."""
+    if where is not None:
+        frame = frame.where(F.expr(translate(where, scope)))
+    group_sql = [translate(g, scope) for g in group_exprs]
+    if group_sql:
+        # as _aggregate: a row whose GROUP BY expression is NULL is skipped
+        frame = frame.where(F.expr(" AND ".join(f"({g}) IS NOT NULL" for g in group_sql)))
+    grace_ms = window.grace_ms if window.grace_ms is not None else session_default_grace_ms(window.size_ms)
+    sessions = aggregate_sessions(frame, scope, alias, columns, chosen, group_exprs, aggregates, having,
+                                  window.size_ms, grace_ms, RESULT_ROWTIME)
+    keys = [F.col(quote(c.name)) for c in columns if c.is_key]
+    if having is not None and keys:
+        # ksqlDB's HAVING filter (compile/having_gate.py) over the session table: a tombstone (a
+        # merged session's, or a result failing HAVING) is written only where the session's last
+        # written result passed. A session's key includes both window bounds.
+        sessions = gate_having(sessions, [*keys, F.col(WSTART), F.col(WEND)])
+    return CompiledQuery(sessions, tuple(columns), result_kind, window, "append", True)
+
+
+def session_default_grace_ms(gap_ms: int) -> int:
+    """ksqlDB's grace period of a session window without GRACE PERIOD: 24 hours less the gap (at
+    least 0; StreamAggregateBuilder.defaultGrace), so a session is kept 24 hours after its end."""
+    return max(DEFAULT_GRACE_MS - gap_ms, 0)
 
 
 def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Sequence[Column],

@@ -62,7 +62,7 @@ def _placeholder(name: str, replaced: exp.Expression) -> exp.Expression:
     return column
 
 
-def _over_results(expression: exp.Expression, groups: Sequence[exp.Expression],
+def over_results(expression: exp.Expression, groups: Sequence[exp.Expression],
                   aggregates: Sequence[exp.Expression]) -> exp.Expression:
     """``expression`` with each GROUP BY expression and each aggregate call replaced by the
     column holding its value after the aggregation."""
@@ -79,12 +79,14 @@ def _over_results(expression: exp.Expression, groups: Sequence[exp.Expression],
     return expression.copy().transform(swap)
 
 
-def _base(node: exp.Expression) -> str | None:
+def type_name(node: exp.Expression) -> str | None:
+    """The ksqlDB base type name of an analyzed expression (None when it has no type)."""
     ty = node.meta.get(TYPE_KEY)
     return ty.base.value if isinstance(ty, SqlType) else None
 
 
-def _result_type(aggregate: exp.Expression) -> T.DataType:
+def result_type(aggregate: exp.Expression) -> T.DataType:
+    """The Spark type an aggregate's result is read back with from the accumulators' JSON."""
     ty = aggregate.meta.get(TYPE_KEY)
     if not isinstance(ty, SqlType):
         raise StatementError(f"the aggregate {aggregate.sql()} has no type")
@@ -116,7 +118,7 @@ def aggregate_table(frame: DataFrame, scope: Scope, alias: str, columns: Sequenc
             arg_sql.append((field, translate(a, scope)))
             names.append(field)
         arg_slices.append(names)
-        types = tuple(_base(a) or "" for a in args)
+        types = tuple(type_name(a) or "" for a in args)
         try:
             table_udaf(name, types, star=not args)
         except TableUdafError:
@@ -155,7 +157,7 @@ def aggregate_table(frame: DataFrame, scope: Scope, alias: str, columns: Sequenc
     # has one result per group; ordering a partition orders all of the output where the shuffle
     # has one partition, as the conformance runner's; with several, Kafka orders per key only).
     results = results.mapInArrow(in_change_order, RESULT_SCHEMA)
-    result_schema = T.StructType([T.StructField(f"{AGG_PREFIX}{i}", _result_type(a)) for i, a in enumerate(aggregates)])
+    result_schema = T.StructType([T.StructField(f"{AGG_PREFIX}{i}", result_type(a)) for i, a in enumerate(aggregates)])
     unpacked = results.select(F.from_json("__G", group_schema).alias("__g"), F.from_json("__R", result_schema).alias("__r"),
                               F.col("__T").alias(RESULT_ROWTIME))
     values = [F.col(f"__g.{quote(f.name)}").alias(f.name) for f in group_schema.fields]
@@ -169,10 +171,10 @@ def aggregate_table(frame: DataFrame, scope: Scope, alias: str, columns: Sequenc
 
     names = [f.name for f in group_schema.fields] + [f"{AGG_PREFIX}{i}" for i in range(len(aggregates))]
     result_scope = Scope(scope.sources, scope.qualified, overrides={**scope.overrides, **{n: quote(n) for n in names}})
-    selected = [F.expr(translate(_over_results(chosen[c.name], group_exprs, aggregates), result_scope)).alias(c.name)
+    selected = [F.expr(translate(over_results(chosen[c.name], group_exprs, aggregates), result_scope)).alias(c.name)
                 for c in columns]
     delete = F.lit(False)
     if having is not None:
-        passes = F.expr(translate(_over_results(having, group_exprs, aggregates), result_scope))
+        passes = F.expr(translate(over_results(having, group_exprs, aggregates), result_scope))
         delete = ~F.coalesce(passes, F.lit(False))
     return grouped.select(*selected, delete.alias(DELETE), RESULT_ROWTIME)
