@@ -33,11 +33,14 @@ from oncestream.sql.engine.compile.expressions import TYPE_KEY, Scope, quote, tr
 from oncestream.sql.engine.compile.joins import LATENESS_MS
 from oncestream.sql.engine.compile.session_state import SESSION_OUT, SessionProcessor
 from oncestream.sql.engine.compile.session_steps import SessionWindow, session_udaf, unsupported_session_message
-from oncestream.sql.engine.compile.table_aggregation import GROUP_PREFIX, over_results, result_type, type_name
+from oncestream.sql.engine.compile.table_aggregation import (
+    GROUP_PREFIX,
+    AggregateCalls,
+    aggregate_calls,
+    over_results,
+    result_type,
+)
 from oncestream.sql.engine.compile.table_state import AGG_PREFIX
-from oncestream.sql.engine.compile.table_udafs import TableUdafError
-from oncestream.sql.errors import StatementError
-from oncestream.sql.language.analyzer_expr import call_parts
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, WINDOWEND, WINDOWSTART, Column
 from oncestream.sql.language.types import BaseType, SqlType
 
@@ -49,37 +52,10 @@ WEND = "__WEND"                # plan.WEND
 _JSON_OPTIONS = {"ignoreNullFields": "false"}
 
 
-def session_calls(aggregates: Sequence[exp.Expression], scope: Scope) -> tuple[
-        list[tuple[str, tuple[str, ...], bool]], list[tuple[str, str]], list[list[str]]]:
-    """Each aggregate's (name, argument types, star), the arguments' (field, Spark SQL) and the
-    fields each aggregate reads; StatementError naming the aggregates sessions cannot compute."""
-    calls: list[tuple[str, tuple[str, ...], bool]] = []
-    arg_sql: list[tuple[str, str]] = []
-    arg_slices: list[list[str]] = []
-    unsupported: list[str] = []
-    for aggregate in aggregates:
-        parts = call_parts(aggregate)
-        if parts is None:
-            raise StatementError(f"not an aggregate call: {aggregate.sql()}")
-        name = parts[0].upper()
-        args = [a for a in parts[1] if isinstance(a, exp.Expression) and not isinstance(a, exp.Star)]
-        names = []
-        for a in args:
-            field = f"a{len(arg_sql)}"
-            arg_sql.append((field, translate(a, scope)))
-            names.append(field)
-        arg_slices.append(names)
-        types = tuple(type_name(a) or "" for a in args)
-        try:
-            session_udaf(name, types, star=not args)
-        except TableUdafError:
-            if name not in unsupported:
-                unsupported.append(name)
-            continue
-        calls.append((name, types, not args))
-    if unsupported:
-        raise StatementError(unsupported_session_message(unsupported))
-    return calls, arg_sql, arg_slices
+def session_calls(aggregates: Sequence[exp.Expression], scope: Scope) -> AggregateCalls:
+    """``table_aggregation.aggregate_calls`` for sessions; StatementError naming the aggregates
+    sessions cannot compute."""
+    return aggregate_calls(aggregates, scope, session_udaf, unsupported_session_message)
 
 
 def aggregate_sessions(frame: DataFrame, scope: Scope, alias: str, columns: Sequence[Column],

@@ -21,7 +21,7 @@ batch before it, so it emits the same rows, which the sink's journal then writes
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
@@ -54,6 +54,44 @@ _JSON_OPTIONS = {"ignoreNullFields": "false"}
 
 def _is_star(node: exp.Expression) -> bool:
     return isinstance(node, exp.Star)
+
+
+AggregateCalls = tuple[list[tuple[str, tuple[str, ...], bool]], list[tuple[str, str]], list[list[str]]]
+
+
+def aggregate_calls(aggregates: Sequence[exp.Expression], scope: Scope, udaf: Callable[..., object],
+                    refusal: Callable[[list[str]], str]) -> AggregateCalls:
+    """Each aggregate's (name, argument types, star), the arguments' (field, Spark SQL) and the
+    fields each aggregate reads, for an aggregation that folds its own state (a table's, a
+    session's). ``udaf(name, types, star=)`` raises TableUdafError for an aggregate it cannot
+    compute; those are refused together with ``refusal(names)``."""
+    calls: list[tuple[str, tuple[str, ...], bool]] = []
+    arg_sql: list[tuple[str, str]] = []
+    arg_slices: list[list[str]] = []
+    unsupported: list[str] = []
+    for aggregate in aggregates:
+        parts = call_parts(aggregate)
+        if parts is None:
+            raise StatementError(f"not an aggregate call: {aggregate.sql()}")
+        name = parts[0].upper()
+        args = [a for a in parts[1] if isinstance(a, exp.Expression) and not _is_star(a)]
+        names = []
+        for a in args:
+            field = f"a{len(arg_sql)}"
+            arg_sql.append((field, translate(a, scope)))
+            names.append(field)
+        arg_slices.append(names)
+        types = tuple(type_name(a) or "" for a in args)
+        try:
+            udaf(name, types, star=not args)
+        except TableUdafError:
+            if name not in unsupported:
+                unsupported.append(name)
+            continue
+        calls.append((name, types, not args))
+    if unsupported:
+        raise StatementError(refusal(unsupported))
+    return calls, arg_sql, arg_slices
 
 
 def _placeholder(name: str, replaced: exp.Expression) -> exp.Expression:
@@ -102,32 +140,7 @@ def aggregate_table(frame: DataFrame, scope: Scope, alias: str, columns: Sequenc
     """The frame of a table aggregation (see the module docstring): one column per output column
     plus ``__DELETE`` (HAVING failed: a tombstone for the group's key) and ``__ROWTIME`` (the
     largest ROWTIME of the records that changed the group)."""
-    calls: list[tuple[str, tuple[str, ...], bool]] = []
-    arg_sql: list[tuple[str, str]] = []
-    arg_slices: list[list[str]] = []
-    unsupported: list[str] = []
-    for aggregate in aggregates:
-        parts = call_parts(aggregate)
-        if parts is None:
-            raise StatementError(f"not an aggregate call: {aggregate.sql()}")
-        name = parts[0].upper()
-        args = [a for a in parts[1] if isinstance(a, exp.Expression) and not _is_star(a)]
-        names = []
-        for a in args:
-            field = f"a{len(arg_sql)}"
-            arg_sql.append((field, translate(a, scope)))
-            names.append(field)
-        arg_slices.append(names)
-        types = tuple(type_name(a) or "" for a in args)
-        try:
-            table_udaf(name, types, star=not args)
-        except TableUdafError:
-            if name not in unsupported:
-                unsupported.append(name)
-            continue
-        calls.append((name, types, not args))
-    if unsupported:
-        raise StatementError(unsupported_message(unsupported))
+    calls, arg_sql, arg_slices = aggregate_calls(aggregates, scope, table_udaf, unsupported_message)
 
     group_sql = [translate(g, scope) for g in group_exprs]
     present = ~F.col(quote(scope.internal(alias, TOMBSTONE)))
