@@ -5,7 +5,6 @@ ratio (passes over the cases outside the excluded families)."""
 from __future__ import annotations
 
 import json
-import os
 import re
 from collections import Counter
 from collections.abc import Iterable, Sequence
@@ -13,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from oncestream.durable_files import write_file_atomically
 from oncestream.sql.conformance.case_runner import CaseResult, Outcome
 from oncestream.sql.conformance.scope import Family
 
@@ -146,13 +146,9 @@ def json_report(results: Sequence[CaseResult]) -> dict[str, Any]:
 
 
 def write_json(path: str, results: Sequence[CaseResult]) -> None:
-    """``json_report`` written to ``path`` whole or not at all (a temporary file renamed over it),
-    so a run interrupted while saving keeps the previous save."""
-    target = Path(path)
-    scratch = target.with_name(target.name + ".tmp")
-    with open(scratch, "w", encoding="utf-8") as f:
-        json.dump(json_report(results), f, indent=1)
-    os.replace(scratch, target)
+    """``json_report`` written to ``path`` whole or not at all (``durable_files``: a temporary
+    file renamed over it), so a run interrupted while saving keeps the previous save."""
+    write_file_atomically(Path(path), json.dumps(json_report(results), indent=1).encode())
 
 
 def read_json(path: str) -> list[CaseResult]:
