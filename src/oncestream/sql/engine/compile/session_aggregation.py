@@ -28,8 +28,7 @@ from pyspark.sql import functions as F
 from pyspark.sql import types as T
 from sqlglot import exp
 
-from oncestream.sql.engine.compile import serde_columns
-from oncestream.sql.engine.compile.expressions import TYPE_KEY, Scope, quote, translate
+from oncestream.sql.engine.compile.expressions import Scope, quote, translate
 from oncestream.sql.engine.compile.joins import LATENESS_MS
 from oncestream.sql.engine.compile.session_state import SESSION_OUT, SessionProcessor
 from oncestream.sql.engine.compile.session_steps import SessionWindow, session_udaf, unsupported_session_message
@@ -39,10 +38,10 @@ from oncestream.sql.engine.compile.table_aggregation import (
     aggregate_calls,
     over_results,
     result_type,
+    unpacked_columns,
 )
 from oncestream.sql.engine.compile.table_state import AGG_PREFIX
 from oncestream.sql.language.catalog import ROWOFFSET, ROWPARTITION, WINDOWEND, WINDOWSTART, Column
-from oncestream.sql.language.types import BaseType, SqlType
 
 DELETE = "__DELETE"            # plan.DELETE
 RESULT_ROWTIME = "__ROWTIME"   # plan.RESULT_ROWTIME
@@ -87,14 +86,7 @@ def aggregate_sessions(frame: DataFrame, scope: Scope, alias: str, columns: Sequ
     unpacked = writes.select(F.from_json("__G", group_schema).alias("__g"), F.from_json("__R", result_schema).alias("__r"),
                              F.col("__WS").alias(WSTART), F.col("__WE").alias(WEND), F.col("__DEL"),
                              F.col("__T").alias(RESULT_ROWTIME))
-    values = [F.col(f"__g.{quote(f.name)}").alias(f.name) for f in group_schema.fields]
-    for i, aggregate in enumerate(aggregates):
-        value = F.col(f"__r.{quote(f'{AGG_PREFIX}{i}')}")
-        ty = aggregate.meta.get(TYPE_KEY)
-        if isinstance(ty, SqlType) and ty.base is BaseType.DECIMAL:
-            value = value.cast(serde_columns.spark_type(ty))
-        values.append(value.alias(f"{AGG_PREFIX}{i}"))
-    grouped = unpacked.select(*values, WSTART, WEND, "__DEL", RESULT_ROWTIME)
+    grouped = unpacked.select(*unpacked_columns(group_schema, aggregates), WSTART, WEND, "__DEL", RESULT_ROWTIME)
 
     names = [f.name for f in group_schema.fields] + [f"{AGG_PREFIX}{i}" for i in range(len(aggregates))]
     overrides = {**scope.overrides, **{n: quote(n) for n in names}, WINDOWSTART: quote(WSTART), WINDOWEND: quote(WEND)}

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 
+from pyspark.sql import Column as SparkColumn
 from pyspark.sql import DataFrame
 from pyspark.sql import functions as F
 from pyspark.sql import types as T
@@ -92,6 +93,19 @@ def aggregate_calls(aggregates: Sequence[exp.Expression], scope: Scope, udaf: Ca
     if unsupported:
         raise StatementError(refusal(unsupported))
     return calls, arg_sql, arg_slices
+
+
+def unpacked_columns(group_schema: T.StructType, aggregates: Sequence[exp.Expression]) -> list[SparkColumn]:
+    """The group columns and ``AGG_PREFIX<i>`` results out of the ``__g`` / ``__r`` structs an
+    aggregation operator's JSON output is read into (DECIMAL results cast to their precision)."""
+    values = [F.col(f"__g.{quote(f.name)}").alias(f.name) for f in group_schema.fields]
+    for i, aggregate in enumerate(aggregates):
+        value = F.col(f"__r.{quote(f'{AGG_PREFIX}{i}')}")
+        ty = aggregate.meta.get(TYPE_KEY)
+        if isinstance(ty, SqlType) and ty.base is BaseType.DECIMAL:
+            value = value.cast(serde_columns.spark_type(ty))
+        values.append(value.alias(f"{AGG_PREFIX}{i}"))
+    return values
 
 
 def _placeholder(name: str, replaced: exp.Expression) -> exp.Expression:
@@ -173,14 +187,7 @@ def aggregate_table(frame: DataFrame, scope: Scope, alias: str, columns: Sequenc
     result_schema = T.StructType([T.StructField(f"{AGG_PREFIX}{i}", result_type(a)) for i, a in enumerate(aggregates)])
     unpacked = results.select(F.from_json("__G", group_schema).alias("__g"), F.from_json("__R", result_schema).alias("__r"),
                               F.col("__T").alias(RESULT_ROWTIME))
-    values = [F.col(f"__g.{quote(f.name)}").alias(f.name) for f in group_schema.fields]
-    for i, aggregate in enumerate(aggregates):
-        value = F.col(f"__r.{quote(f'{AGG_PREFIX}{i}')}")
-        ty = aggregate.meta.get(TYPE_KEY)
-        if isinstance(ty, SqlType) and ty.base is BaseType.DECIMAL:
-            value = value.cast(serde_columns.spark_type(ty))
-        values.append(value.alias(f"{AGG_PREFIX}{i}"))
-    grouped = unpacked.select(*values, RESULT_ROWTIME)
+    grouped = unpacked.select(*unpacked_columns(group_schema, aggregates), RESULT_ROWTIME)
 
     names = [f.name for f in group_schema.fields] + [f"{AGG_PREFIX}{i}" for i in range(len(aggregates))]
     result_scope = Scope(scope.sources, scope.qualified, overrides={**scope.overrides, **{n: quote(n) for n in names}})
