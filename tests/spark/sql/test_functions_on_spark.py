@@ -292,12 +292,18 @@ def test_functions_give_ksqldb_values_on_spark(sql_spark):
     assert wrong == [], "\n".join(map(repr, wrong))
 
 
-# standarddeviation.json, correlation-udaf.json, collect-list.json: each series is one group's
+def _top(sort_value: Any, *others: Any) -> dict[str, Any]:
+    """One entry of TOPK(x, other columns..., k): STRUCT<sort_col, col0, col1...>."""
+    return {"sort_col": sort_value, **{f"col{i}": v for i, v in enumerate(others)}}
+
+
+# standarddeviation.json, correlation-udaf.json, collect-list.json, topk-group-by.json: each series is one group's
 # values in arrival order with ksqlDB's result after each of them (AGG_SOURCE's columns)
 AGG_SOURCE = ddl("CREATE STREAM AGG (G STRING KEY, P INT, I INT, B BIGINT, D DOUBLE, X DOUBLE, Y DOUBLE, XI INT, YI INT, "
                  "DEC DECIMAL(4, 1), S STRING) WITH (KAFKA_TOPIC='agg', VALUE_FORMAT='JSON');")
 AGG_COLUMNS = ("I", "B", "D", "X", "Y", "XI", "YI", "DEC", "S")
-AGG_SCHEMA = "G STRING, P INT, I INT, B BIGINT, D DOUBLE, X DOUBLE, Y DOUBLE, XI INT, YI INT, DEC DECIMAL(4, 1), S STRING"
+AGG_SCHEMA = ("ROWOFFSET BIGINT, G STRING, P INT, I INT, B BIGINT, D DOUBLE, X DOUBLE, Y DOUBLE, XI INT, YI INT, "
+              "DEC DECIMAL(4, 1), S STRING")
 AGG_SERIES: list[tuple[str, list[dict[str, Any]], dict[str, list[Any]]]] = [
     ("int 0", [{"I": v} for v in (0, 10, 7, 6)], {
         "STDDEV_SAMP(I)": [0.0, 50.0, 26.333333333333332, 17.583333333333332],
@@ -331,6 +337,16 @@ AGG_SERIES: list[tuple[str, list[dict[str, Any]], dict[str, list[Any]]]] = [
                               [Decimal("500.9"), Decimal("300.8"), None, Decimal("300.8"), None]]}),
     ("collect string", [{"S": v} for v in ("baz", "baz", "foo", None)], {
         "COLLECT_LIST(S)": [["baz"], ["baz", "baz"], ["baz", "baz", "foo"], ["baz", "baz", "foo", None]]}),
+    # topk-group-by.json "topk integer struct": a NULL sort value is skipped; an equal one comes
+    # after the kept ones (TopkKudaf's stable sort)
+    ("topk struct", [{"I": v, "S": s} for v, s in ((0, "zero"), (100, "one"), (99, "two"), (None, "three"), (100, None))], {
+        "TOPK(I, S, 3)": [
+            [_top(0, "zero")], [_top(100, "one"), _top(0, "zero")],
+            [_top(100, "one"), _top(99, "two"), _top(0, "zero")], [_top(100, "one"), _top(99, "two"), _top(0, "zero")],
+            [_top(100, "one"), _top(100, None), _top(99, "two")]]}),
+    ("topk struct two columns", [{"D": d, "S": s, "I": i} for d, s, i in ((2.5, "a", 1), (7.0, "b", 2), (2.5, "c", 3))], {
+        "TOPK(D, S, I, 2)": [
+            [_top(2.5, "a", 1)], [_top(7.0, "b", 2), _top(2.5, "a", 1)], [_top(7.0, "b", 2), _top(2.5, "a", 1)]]}),
 ]
 
 
@@ -344,8 +360,9 @@ def test_aggregates_give_ksqldb_values_on_spark(sql_spark):
                                    {"AGG": AGG_SOURCE})
     scope = Scope({"AGG": AGG_SOURCE})
     translated = {text: translate(e, scope) for text, e in zip(aggregates, list(analyzed.expressions)[2:], strict=True)}
-    rows = [(name, prefix, *(row.get(c) for c in AGG_COLUMNS))
-            for name, series, _expected in AGG_SERIES for prefix in range(1, len(series) + 1) for row in series[:prefix]]
+    rows = [(offset, name, prefix, *(row.get(c) for c in AGG_COLUMNS))
+            for name, series, _expected in AGG_SERIES for prefix in range(1, len(series) + 1)
+            for offset, row in enumerate(series[:prefix])]
     frame = sql_spark.createDataFrame(rows, AGG_SCHEMA).coalesce(1)    # one partition: arrival order kept
     columns = [f"{sql} AS E{i}" for i, sql in enumerate(translated.values())]
     results = {(r["G"], r["P"]): r for r in frame.groupBy("G", "P").agg(*[F.expr(c) for c in columns]).collect()}

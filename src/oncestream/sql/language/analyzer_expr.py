@@ -717,7 +717,8 @@ class ExpressionResolver:
         else:
             resolved = [self._resolve(a, clause) for a in args]
         if fd.aggregate and fd.name in _LITERAL_PARAMETERS:
-            for i, (arg, orig) in enumerate(zip(resolved[1:], args[1:]), start=2):
+            start = _first_literal_parameter(fd.name, len(resolved))
+            for i, (arg, orig) in enumerate(zip(resolved[start:], args[start:]), start=start + 1):
                 if not isinstance(arg, (exp.Literal, exp.Boolean, exp.Neg)):
                     raise StatementError(f"Parameter {i} passed to function {fd.name} must be a literal constant, but was "
                                          f"expression: '{ksql_format(orig)}'")
@@ -792,6 +793,14 @@ def _coerce_in_literal(column: SqlType | None, item: exp.Expr) -> exp.Expr:
 
 # aggregates whose arguments after the first are parameters (n, ignoreNulls, k), fixed per query
 _LITERAL_PARAMETERS = frozenset({"LATEST_BY_OFFSET", "EARLIEST_BY_OFFSET", "TOPK", "TOPKDISTINCT"})
+
+
+def _first_literal_parameter(name: str, arg_count: int) -> int:
+    """The index of the first argument that must be a literal: TOPK(x, other columns..., k)
+    takes columns up to its last argument, k."""
+    if name == "TOPK" and arg_count > 2:
+        return arg_count - 1
+    return 1
 
 
 def _tname(ty: SqlType | None) -> str:

@@ -441,9 +441,50 @@ def _correlation(c: CallSite) -> str:
 
 def _topk(distinct: bool) -> SparkRule:
     def rule(c: CallSite) -> str:
+        if not distinct and len(c.args) > 2:
+            return _topk_with_columns(c)
         coll = "collect_set" if distinct else "collect_list"
         return f"slice(sort_array({coll}({c.args[0]}), false), 1, {c.args[1]})"
     return rule
+
+
+# TOPK(sort_col, other columns..., k): ksqlDB's TopkKudaf keeps STRUCT<sort_col, col0, col1...>
+# entries for the k largest sort values. Its list is sorted stably after each insert and an equal
+# value never displaces a kept one, so among equal sort values the earlier record comes first:
+# the same as ordering every non-NULL entry by (sort value descending, arrival ascending).
+_TOPK_SORT_FIELD = "sort_col"
+
+
+def _topk_fields(arg_types: Sequence[SqlType | None]) -> list[tuple[str, SqlType]]:
+    values = list(arg_types[:-1])
+    return [(_TOPK_SORT_FIELD if i == 0 else f"col{i - 1}", ty or S) for i, ty in enumerate(values)]
+
+
+def _topk_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    """TOPK(x, k) is ARRAY<x's type>; TOPK(x, others..., k) ARRAY<STRUCT<sort_col, col0...>>,
+    whose sort column must be INTEGER, BIGINT, DOUBLE or STRING (TopkKudaf's factories)."""
+    if len(arg_types) == 2:
+        x = arg_types[0]
+        if (x is None or x.base not in (BaseType.ARRAY, BaseType.MAP)) and is_integral(arg_types[1]):
+            return t.array_of(x or INT)
+        raise FunctionTypeError(_refused("TOPK", arg_types))
+    sortable = (BaseType.INTEGER, BaseType.BIGINT, BaseType.DOUBLE, BaseType.STRING)
+    x = arg_types[0]
+    if x is None or x.base not in sortable or not is_integral(arg_types[-1]) or arg_types[-1] is None:
+        raise FunctionTypeError(_refused("TOPK", arg_types))
+    return t.array_of(t.struct_of(*_topk_fields(arg_types)))
+
+
+def _topk_with_columns(c: CallSite) -> str:
+    x, k = c.args[0], c.args[-1]
+    names = [name for name, _ in _topk_fields(list(c.types) if c.types else [None] * len(c.args))]
+    entry = ", ".join(f"'{name}', {arg}" for name, arg in zip(names, c.args[:-1]))
+    order = c.order_sql or "ROWOFFSET"
+    collected = (f"collect_list(CASE WHEN {x} IS NOT NULL THEN "
+                 f"named_struct('v', {x}, 'o', {order}, 'e', named_struct({entry})) END)")
+    compare = ("(__os_l, __os_r) -> CASE WHEN __os_l.v > __os_r.v THEN -1 WHEN __os_l.v < __os_r.v THEN 1 "
+               "WHEN __os_l.o < __os_r.o THEN -1 WHEN __os_l.o > __os_r.o THEN 1 ELSE 0 END")
+    return f"transform(slice(array_sort({collected}, {compare}), 1, {k}), __os_t -> __os_t.e)"
 S, INT, B, D = t.STRING, t.INTEGER, t.BIGINT, t.DOUBLE
 
 # strings
@@ -715,9 +756,10 @@ _add("LATEST_BY_OFFSET", 1, 3, _by_offset_type("LATEST_BY_OFFSET"), _by_offset(l
 _add("EARLIEST_BY_OFFSET", 1, 3, _by_offset_type("EARLIEST_BY_OFFSET"), _by_offset(latest=False),
      "The earliest value in offset order (NULLs ignored unless ignoreNulls is false); with n, the n earliest as an ARRAY.",
      "min_by(x, <offset order>); n: slice(sort_array(collect_list(struct(order, x))), 1, n)", aggregate=True)
-_add("TOPK", 2, 2, _sig("TOPK", lambda a: a is None or a.base not in (BaseType.ARRAY, BaseType.MAP),
-                        is_integral, result=lambda a: t.array_of(a[0] or INT)), _topk(False),
-     "The k largest values, descending.", "slice(sort_array(collect_list(x), false), 1, k)", aggregate=True)
+_add("TOPK", 2, None, _topk_type, _topk(False),
+     "The k largest values, descending; TOPK(x, other columns..., k): STRUCTs of sort_col (x) and col0... "
+     "(the other columns of those records), equal values in arrival order.",
+     "slice(sort_array(collect_list(x), false), 1, k); with columns: array_sort by (x desc, arrival)", aggregate=True)
 _add("TOPKDISTINCT", 2, 2, _sig("TOPKDISTINCT", lambda a: a is None or a.base not in (BaseType.ARRAY, BaseType.MAP),
                                 is_integral, result=lambda a: t.array_of(a[0] or INT)), _topk(True),
      "The k largest distinct values, descending.", "slice(sort_array(collect_set(x), false), 1, k)", aggregate=True)
