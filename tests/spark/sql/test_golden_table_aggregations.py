@@ -111,7 +111,8 @@ def test_table_aggregates_retract_updates_across_batches_with_where_and_having(r
 def test_ksqldb_table_aggregation_cases(runtime, eos_broker):
     """ksqlDB's query-validation cases (group-by.json "fields (table->table)" and "with having
     expression (table->table)", count.json "should support removing zero counts from table",
-    collect-list.json "collect_list string table"), compared at each key's last value."""
+    collect-list.json "collect_list string table", histogram.json "histogram on a table" with
+    ATTR), compared at each key's last value."""
     bootstrap = eos_broker.bootstrap
     Records = list[tuple[bytes, bytes | None]]
     cases: list[tuple[str, str, dict[str, Any], Records, Records]] = [
@@ -141,6 +142,17 @@ def test_ksqldb_table_aggregation_cases(runtime, eos_broker):
          [(struct.pack(">q", 0), b'{"COLLECTED":["foo"]}'), (struct.pack(">q", 100), b'{"COLLECTED":["baz"]}'),
           (struct.pack(">q", 0), b'{"COLLECTED":["bar"]}'), (struct.pack(">q", 100), b'{"COLLECTED":["baz"]}'),
           (struct.pack(">q", 100), b'{"COLLECTED":["foo"]}')]),
+        # histogram.json "histogram on a table" (bob moves east -> west, then is deleted), with
+        # ATTR(ID): east keeps one id, west two (NULL)
+        ("CREATE TABLE TEST (K STRING PRIMARY KEY, ID bigint, NAME varchar, REGION string) "
+         "WITH (kafka_topic='{t}', value_format='JSON');",
+         "CREATE TABLE COUNT_BY_REGION AS SELECT region, histogram(name) AS COUNTS, ATTR(ID) AS A FROM TEST GROUP BY region;",
+         dict(),
+         [(b"0", b'{"ID":0,"NAME":"alice","REGION":"east"}'), (b"1", b'{"ID":1,"NAME":"bob","REGION":"east"}'),
+          (b"2", b'{"ID":2,"NAME":"carol","REGION":"west"}'), (b"3", b'{"ID":3,"NAME":"dave","REGION":"west"}'),
+          (b"1", b'{"ID":1,"NAME":"bob","REGION":"west"}'), (b"1", None)],
+         [(b"east", b'{"COUNTS":{"alice":1,"bob":1},"A":null}'), (b"west", b'{"COUNTS":{"carol":1,"dave":1},"A":null}'),
+          (b"east", b'{"COUNTS":{"alice":1},"A":0}')]),
     ]
     # One query at a time: each starts Python workers for its state on the driver, which must
     # connect back within Spark's fixed 10 s (a heavily loaded machine can miss that).

@@ -81,6 +81,39 @@ def test_correlation_adds_and_undoes_pairs():
     assert math.isnan(_run(corr, []))
 
 
+def test_histogram_counts_values_and_drops_a_value_counted_down_to_zero():
+    # histogram.json "histogram on a table": bob moves from east to west, then is deleted
+    hist = table_udaf("HISTOGRAM", ["STRING"])
+    assert _run(hist, [(1, ["alice"]), (1, ["bob"]), (1, ["bob"]), (1, [None])]) == {"alice": 1, "bob": 2}
+    assert _run(hist, [(1, ["alice"]), (1, ["bob"]), (-1, ["bob"])]) == {"alice": 1}
+    assert _run(hist, [(1, ["alice"]), (-1, ["zzz"])]) == {"alice": 1}
+
+
+def test_histogram_ignores_new_values_beyond_its_limit():
+    from oncestream.sql.engine.compile.table_udafs import HISTOGRAM_LIMIT
+    many = [(1, [f"v{i}"]) for i in range(HISTOGRAM_LIMIT)]
+    result = _run(table_udaf("HISTOGRAM", ["STRING"]), [*many, (1, ["late"]), (1, ["v0"])])
+    assert len(result) == HISTOGRAM_LIMIT and "late" not in result and result["v0"] == 2
+
+
+def test_attr_is_the_single_value_left_and_null_counts_as_a_value():
+    # attr.json "table attr with tombstones", as the group's rows come and go
+    attr = table_udaf("ATTR", ["STRING"])
+    ops = [(1, ["1"]), (1, ["1"]), (-1, ["1"])]
+    assert _run(attr, ops) == "1"
+    ops += [(-1, ["1"])]
+    assert _run(attr, ops) is None                     # no value left
+    ops += [(1, ["2"])]
+    assert _run(attr, ops) == "2"
+    ops += [(1, ["3"])]
+    assert _run(attr, ops) is None                     # two values
+    ops += [(-1, ["3"])]
+    assert _run(attr, ops) == "2"
+    assert _run(attr, [(1, ["2"]), (1, [None])]) is None
+    assert _run(attr, [(-1, ["2"]), (1, ["2"])]) == "2"      # a count never goes below zero
+    assert _run(table_udaf("ATTR", ["DECIMAL"]), [(1, [Decimal("1.10")]), (1, [Decimal("1.10")])]) == "1.10"
+
+
 def test_functions_ksqldb_refuses_on_tables_get_its_message():
     with pytest.raises(TableUdafError, match="The aggregation function MIN cannot be applied to a table source"):
         table_udaf("MIN", ["INTEGER"])

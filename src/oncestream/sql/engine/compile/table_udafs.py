@@ -17,7 +17,7 @@ function here so that it can be tested without Spark:
 
 Accumulators are JSON values (the state store keeps them as JSON text). Only the functions
 ksqlDB implements as ``TableUdaf`` can aggregate a table: COUNT, SUM, AVG, COLLECT_LIST,
-STDDEV_SAMP / STDDEV_SAMPLE, CORRELATION (HISTOGRAM and ATTR are not in our function catalog).
+STDDEV_SAMP / STDDEV_SAMPLE, CORRELATION, HISTOGRAM and ATTR.
 Integer sums wrap at 32 / 64 bits as Java's ``int`` / ``long`` do.
 """
 
@@ -30,7 +30,8 @@ from decimal import Decimal
 from typing import Any
 
 # The aggregate functions that can aggregate a table (ksqlDB's TableAggregationFunction).
-TABLE_AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "COLLECT_LIST", "STDDEV_SAMP", "STDDEV_SAMPLE", "CORRELATION"})
+TABLE_AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "COLLECT_LIST", "STDDEV_SAMP", "STDDEV_SAMPLE", "CORRELATION",
+                              "HISTOGRAM", "ATTR"})
 
 INT = "INTEGER"
 BIGINT = "BIGINT"
@@ -208,6 +209,60 @@ def _correlation() -> TableUdaf:
                      lambda a, x: step(a, x, 1), lambda a, x: step(a, x, -1), result)
 
 
+# ksqlDB's HistogramUdaf keeps at most this many distinct values; later new ones are ignored.
+HISTOGRAM_LIMIT = 1000
+
+
+def _histogram() -> TableUdaf:
+    """ksqlDB's HistogramUdaf: value -> count, a value removed when its count falls below 1.
+    NULL values are not counted (as the stream aggregation's collect_list skips them: a map key
+    cannot be NULL in the formats ksqlDB writes). The accumulator is [[value, count], ...] in
+    first-seen order."""
+    def add(acc: list[list[Any]], args: Sequence[Any]) -> list[list[Any]]:
+        value = args[0]
+        if value is None:
+            return acc
+        for i, (seen, count) in enumerate(acc):
+            if seen == value:
+                return [*acc[:i], [seen, count + 1], *acc[i + 1:]]
+        return [*acc, [value, 1]] if len(acc) < HISTOGRAM_LIMIT else acc
+
+    def undo(acc: list[list[Any]], args: Sequence[Any]) -> list[list[Any]]:
+        value = args[0]
+        out = []
+        for seen, count in acc:
+            if seen == value:
+                count -= 1
+            if count >= 1:
+                out.append([seen, count])
+        return out
+
+    return TableUdaf("HISTOGRAM", list, add, undo, lambda acc: {value: count for value, count in acc})
+
+
+def _attr(arg_type: str) -> TableUdaf:
+    """ksqlDB's Attr: [value, count] entries (NULL is a value; a count never below 0); the
+    result is the one value whose count is positive, else NULL. A DECIMAL is kept as its text,
+    exact, as SUM keeps it."""
+    def key(value: Any) -> Any:
+        if value is None:
+            return None
+        return str(Decimal(value)) if arg_type == DECIMAL else _json_value(value)
+
+    def update(acc: list[list[Any]], args: Sequence[Any], step: int) -> list[list[Any]]:
+        value = key(args[0])
+        for i, (seen, count) in enumerate(acc):
+            if seen == value:
+                return [*acc[:i], [seen, max(0, count + step)], *acc[i + 1:]]
+        return [*acc, [value, step]] if step > 0 else acc
+
+    def result(acc: list[list[Any]]) -> Any:
+        present = [seen for seen, count in acc if count > 0]
+        return present[0] if len(present) == 1 else None
+
+    return TableUdaf("ATTR", list, lambda a, x: update(a, x, 1), lambda a, x: update(a, x, -1), result)
+
+
 def table_udaf(name: str, arg_types: Sequence[str], star: bool = False) -> TableUdaf:
     """The undoable form of aggregate ``name`` over arguments of ``arg_types`` (ksqlDB base type
     names); ``star`` for COUNT(*) / COUNT()."""
@@ -228,6 +283,10 @@ def table_udaf(name: str, arg_types: Sequence[str], star: bool = False) -> Table
         return _stddev(str(first), root=upper == "STDDEV_SAMPLE")
     if upper == "CORRELATION":
         return _correlation()
+    if upper == "HISTOGRAM":
+        return _histogram()
+    if upper == "ATTR":
+        return _attr(str(first))
     raise TableUdafError(unsupported_message([upper]))
 
 
