@@ -300,10 +300,10 @@ def _top(sort_value: Any, *others: Any) -> dict[str, Any]:
 # standarddeviation.json, correlation-udaf.json, collect-list.json, topk-group-by.json: each series is one group's
 # values in arrival order with ksqlDB's result after each of them (AGG_SOURCE's columns)
 AGG_SOURCE = ddl("CREATE STREAM AGG (G STRING KEY, P INT, I INT, B BIGINT, D DOUBLE, X DOUBLE, Y DOUBLE, XI INT, YI INT, "
-                 "DEC DECIMAL(4, 1), S STRING) WITH (KAFKA_TOPIC='agg', VALUE_FORMAT='JSON');")
-AGG_COLUMNS = ("I", "B", "D", "X", "Y", "XI", "YI", "DEC", "S")
+                 "DEC DECIMAL(4, 1), S STRING, IA ARRAY<INT>, DA ARRAY<DOUBLE>) WITH (KAFKA_TOPIC='agg', VALUE_FORMAT='JSON');")
+AGG_COLUMNS = ("I", "B", "D", "X", "Y", "XI", "YI", "DEC", "S", "IA", "DA")
 AGG_SCHEMA = ("ROWOFFSET BIGINT, G STRING, P INT, I INT, B BIGINT, D DOUBLE, X DOUBLE, Y DOUBLE, XI INT, YI INT, "
-              "DEC DECIMAL(4, 1), S STRING")
+              "DEC DECIMAL(4, 1), S STRING, IA ARRAY<INT>, DA ARRAY<DOUBLE>")
 AGG_SERIES: list[tuple[str, list[dict[str, Any]], dict[str, list[Any]]]] = [
     ("int 0", [{"I": v} for v in (0, 10, 7, 6)], {
         "STDDEV_SAMP(I)": [0.0, 50.0, 26.333333333333332, 17.583333333333332],
@@ -337,6 +337,11 @@ AGG_SERIES: list[tuple[str, list[dict[str, Any]], dict[str, list[Any]]]] = [
                               [Decimal("500.9"), Decimal("300.8"), None, Decimal("300.8"), None]]}),
     ("collect string", [{"S": v} for v in ("baz", "baz", "foo", None)], {
         "COLLECT_LIST(S)": [["baz"], ["baz", "baz"], ["baz", "baz", "foo"], ["baz", "baz", "foo", None]]}),
+    # sum.json "sum list of ... into a single ...": each list's non-NULL elements, then the lists
+    ("sum list", [{"IA": a, "DA": d} for a, d in (([1, 1], [1.0, 1.0]), ([2, 2], [2.0, 2.0]),
+                                                   ([100, 100, None], [922337203685.0, 1.0]), (None, None))], {
+        "SUM_LIST(IA)": [2, 6, 206, 206], "SUM_LIST(DA)": [2.0, 6.0, 922337203692.0, 922337203692.0]}),
+    ("sum list none", [{"IA": None}], {"SUM_LIST(IA)": [0]}),
     # topk-group-by.json "topk integer struct": a NULL sort value is skipped; an equal one comes
     # after the kept ones (TopkKudaf's stable sort)
     ("topk struct", [{"I": v, "S": s} for v, s in ((0, "zero"), (100, "one"), (99, "two"), (None, "three"), (100, None))], {

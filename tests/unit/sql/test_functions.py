@@ -65,6 +65,7 @@ def rt(name: str, *types: t.SqlType | None) -> t.SqlType:
     ("LATEST_BY_OFFSET", [t.DOUBLE], t.DOUBLE),
     ("EARLIEST_BY_OFFSET", [t.STRING], t.STRING),
     ("TOPK", [t.INTEGER, t.INTEGER], t.array_of(t.INTEGER)),
+    ("SUM_LIST", [t.array_of(t.BIGINT)], t.BIGINT),
     # TopkKudaf's struct overload: the sort column, then the other columns of those records
     ("TOPK", [t.BIGINT, t.STRING, t.DOUBLE, t.INTEGER],
      t.array_of(t.struct_of(("sort_col", t.BIGINT), ("col0", t.STRING), ("col1", t.DOUBLE)))),
@@ -90,7 +91,8 @@ def test_return_type_rules(name: str, args: list, expected: t.SqlType) -> None:
     ("SUM", [t.STRING], "SUM"), ("ARRAY_LENGTH", [t.STRING], "ARRAY_LENGTH"), ("MIN", [t.array_of(t.INTEGER)], "MIN"),
     ("COALESCE", [t.STRING, t.INTEGER], "COALESCE"), ("ELT", [t.STRING, t.STRING], "elt"),
     ("SUBSTRING", [t.STRING], "substring"), ("GREATEST", [t.STRING, t.INTEGER], "greatest"), ("LEAST", [], "least"),
-    ("TOPK", [t.BOOLEAN, t.STRING, t.INTEGER], "TOPK"), ("TOPK", [t.INTEGER, t.STRING, t.STRING], "TOPK"),
+    ("TOPK", [t.BOOLEAN, t.STRING, t.INTEGER], "TOPK"), ("SUM_LIST", [t.array_of(t.STRING)], "sum_list"),
+    ("SUM_LIST", [t.INTEGER], "sum_list"), ("TOPK", [t.INTEGER, t.STRING, t.STRING], "TOPK"),
 ])
 def test_refused_arguments_use_ksqldb_wording(name: str, args: list, spelled: str) -> None:
     fd = functions.lookup(name)

@@ -82,6 +82,17 @@ def test_correlation_adds_and_undoes_pairs():
     assert math.isnan(_run(corr, []))
 
 
+def test_sum_list_adds_and_undoes_lists_skipping_nulls_and_wraps_like_java():
+    # sum.json "sum list of ints into a single int" and its table form
+    ints = table_udaf("SUM_LIST", ["ARRAY<INTEGER>"])
+    assert _run(ints, [(1, [[1, 1]]), (1, [[2, 2]]), (1, [[100, 100, None]]), (1, [None])]) == 206
+    assert _run(ints, [(1, [[1, 1]]), (1, [[2, 2]]), (-1, [[1, 1]])]) == 4
+    assert _run(ints, [(1, [[2**31 - 1, 1]])]) == -(2**31)
+    assert _run(table_udaf("SUM_LIST", ["ARRAY<BIGINT>"]), [(1, [[2**31 - 1, 1]])]) == 2**31
+    assert _run(table_udaf("SUM_LIST", ["ARRAY<DOUBLE>"]), [(1, [[Decimal("1.5"), None]]), (1, [[Decimal("2.0")]])]) == 3.5
+    assert _run(ints, []) == 0
+
+
 def test_histogram_counts_values_and_drops_a_value_counted_down_to_zero():
     # histogram.json "histogram on a table": bob moves from east to west, then is deleted
     hist = table_udaf("HISTOGRAM", ["STRING"])

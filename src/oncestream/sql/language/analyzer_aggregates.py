@@ -66,7 +66,7 @@ class AggregateRules:
 
     # aggregate functions that can aggregate a table (they can undo a retracted row: ksqlDB's TableUdaf)
     _TABLE_AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "COLLECT_LIST", "CORRELATION", "STDDEV_SAMP",
-                                   "STDDEV_SAMPLE", "HISTOGRAM", "ATTR"})
+                                   "STDDEV_SAMPLE", "HISTOGRAM", "ATTR", "SUM_LIST"})
 
     def _check_aggregation(self, items: list[tuple[str, exp.Expr, exp.Expr]], group_by: tuple[exp.Expr, ...],
                            having: exp.Expr | None, aggregates: list[exp.Expr], joins: list[AnalyzedJoin],

@@ -94,7 +94,7 @@ _REGISTERED_SPELLINGS = {n.upper(): n for n in (
     "mask_keep_right", "mask_left", "mask_right", "md5", "parse_date", "parse_time", "parse_timestamp", "pi",
     "power", "radians", "random", "reduce", "regexp_extract", "regexp_extract_all", "regexp_replace",
     "regexp_split_to_array", "replace", "reverse", "sign", "sin", "sinh", "slice", "split", "split_to_map",
-    "sqrt", "stringtodate", "stringtotimestamp", "substring", "tan", "tanh", "timeadd", "timestampadd",
+    "sqrt", "stringtodate", "stringtotimestamp", "substring", "sum_list", "tan", "tanh", "timeadd", "timestampadd",
     "timestampsub", "timestamptostring", "timesub", "to_bytes", "transform", "trim", "trunc", "ucase",
     "unix_date", "unix_timestamp", "url_decode_param", "url_encode_param", "url_extract_fragment",
     "url_extract_host", "url_extract_parameter", "url_extract_path", "url_extract_port",

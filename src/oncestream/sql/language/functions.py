@@ -719,6 +719,27 @@ def _sum_type(arg_types: Sequence[SqlType | None]) -> SqlType:
     return arg_types[0] or INT
 
 
+def _sum_list_type(arg_types: Sequence[SqlType | None]) -> SqlType:
+    """ksqlDB's ListSumUdaf: ARRAY<INTEGER | BIGINT | DOUBLE> summed into the element type."""
+    ty = arg_types[0] if len(arg_types) == 1 else None
+    element = ty.element if ty is not None and ty.base is BaseType.ARRAY else None
+    if element is None or element.base not in (BaseType.INTEGER, BaseType.BIGINT, BaseType.DOUBLE):
+        raise FunctionTypeError(_refused("SUM_LIST", arg_types))
+    return element
+
+
+def _sum_list(c: CallSite) -> str:
+    """Each list's non-NULL elements summed, then the lists of the group; 0 with none (the
+    UDAF's initial value). Integers add in BIGINT and are cast back, which wraps as Java's int
+    does: addition modulo 2^32 gives the same result in any order."""
+    ty = c.types[0] if c.types else None
+    element = ty.element if ty is not None and ty.element is not None else INT
+    inner = "DOUBLE" if element.base is BaseType.DOUBLE else "BIGINT"
+    per_list = (f"aggregate({c.args[0]}, CAST(0 AS {inner}), (__os_a, __os_e) -> "
+                f"__os_a + coalesce(CAST(__os_e AS {inner}), CAST(0 AS {inner})))")
+    return f"CAST(coalesce(sum({per_list}), CAST(0 AS {inner})) AS {spark_type_name(element)})"
+
+
 def _comparable(name: str) -> TypeRule:
     def rule(arg_types: Sequence[SqlType | None]) -> SqlType:
         if len(arg_types) != 1 or (arg_types[0] is not None and arg_types[0].base in
@@ -736,6 +757,8 @@ _add("COUNT", 0, 1, lambda a: B, _count_spark, "Number of rows (COUNT(*)) or of 
      aggregate=True)
 _add("SUM", 1, 1, _sum_type, _same_type_cast(_call("sum")), "Sum, in the argument's type.", "CAST(sum(x) AS <type of x>)",
      aggregate=True)
+_add("SUM_LIST", 1, 1, _sum_list_type, _sum_list, "Sum of the elements of the group's lists (NULLs skipped), in the element type.",
+     "CAST(coalesce(sum(aggregate(list, 0, (a, e) -> a + coalesce(e, 0))), 0) AS <element type>)", aggregate=True)
 _add("MIN", 1, 1, _comparable("MIN"), _call("min"), "Smallest value.", "min(x)", aggregate=True)
 _add("MAX", 1, 1, _comparable("MAX"), _call("max"), "Largest value.", "max(x)", aggregate=True)
 _add("AVG", 1, 1, _sig("AVG", is_numeric, result=D), _cast(_call("avg"), "DOUBLE"),

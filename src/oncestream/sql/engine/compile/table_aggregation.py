@@ -132,9 +132,12 @@ def over_results(expression: exp.Expression, groups: Sequence[exp.Expression],
 
 
 def type_name(node: exp.Expression) -> str | None:
-    """The ksqlDB base type name of an analyzed expression (None when it has no type)."""
+    """The ksqlDB base type name of an analyzed expression (None when it has no type); an
+    ARRAY's with its element type (``ARRAY<INTEGER>``: SUM_LIST sums in it)."""
     ty = node.meta.get(TYPE_KEY)
-    return ty.base.value if isinstance(ty, SqlType) else None
+    if not isinstance(ty, SqlType):
+        return None
+    return ty.ksql_name if ty.base is BaseType.ARRAY else ty.base.value
 
 
 def result_type(aggregate: exp.Expression) -> T.DataType:

@@ -17,7 +17,7 @@ function here so that it can be tested without Spark:
 
 Accumulators are JSON values (the state store keeps them as JSON text). Only the functions
 ksqlDB implements as ``TableUdaf`` can aggregate a table: COUNT, SUM, AVG, COLLECT_LIST,
-STDDEV_SAMP / STDDEV_SAMPLE, CORRELATION, HISTOGRAM and ATTR.
+STDDEV_SAMP / STDDEV_SAMPLE, CORRELATION, HISTOGRAM, ATTR and SUM_LIST.
 Integer sums wrap at 32 / 64 bits as Java's ``int`` / ``long`` do.
 """
 
@@ -31,7 +31,7 @@ from typing import Any
 
 # The aggregate functions that can aggregate a table (ksqlDB's TableAggregationFunction).
 TABLE_AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "COLLECT_LIST", "STDDEV_SAMP", "STDDEV_SAMPLE", "CORRELATION",
-                              "HISTOGRAM", "ATTR"})
+                              "HISTOGRAM", "ATTR", "SUM_LIST"})
 
 INT = "INTEGER"
 BIGINT = "BIGINT"
@@ -209,6 +209,23 @@ def _correlation() -> TableUdaf:
                      lambda a, x: step(a, x, 1), lambda a, x: step(a, x, -1), result)
 
 
+def _sum_list(list_type: str) -> TableUdaf:
+    """ksqlDB's ListSumUdaf: each list's non-NULL elements added (undo: subtracted); INT/BIGINT
+    wrap as Java's int/long. ``list_type`` is the argument's type, e.g. ``ARRAY<INTEGER>``."""
+    element = list_type.removeprefix("ARRAY<").removesuffix(">")
+    bits = _integral_bits(element)
+    num: Callable[[Any], Any] = float if element == DOUBLE else int
+
+    def step(acc: Any, args: Sequence[Any], sign: int) -> Any:
+        if args[0] is None:
+            return acc
+        total = acc + sign * sum(num(v) for v in args[0] if v is not None)
+        return _wrap(total, bits) if bits else total
+
+    zero: Callable[[], Any] = (lambda: 0.0) if element == DOUBLE else (lambda: 0)
+    return TableUdaf("SUM_LIST", zero, lambda a, x: step(a, x, 1), lambda a, x: step(a, x, -1), lambda acc: acc)
+
+
 # ksqlDB's HistogramUdaf keeps at most this many distinct values; later new ones are ignored.
 HISTOGRAM_LIMIT = 1000
 
@@ -283,6 +300,8 @@ def table_udaf(name: str, arg_types: Sequence[str], star: bool = False) -> Table
         return _stddev(str(first), root=upper == "STDDEV_SAMPLE")
     if upper == "CORRELATION":
         return _correlation()
+    if upper == "SUM_LIST":
+        return _sum_list(str(first))
     if upper == "HISTOGRAM":
         return _histogram()
     if upper == "ATTR":
