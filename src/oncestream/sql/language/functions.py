@@ -757,7 +757,8 @@ _add("COUNT", 0, 1, lambda a: B, _count_spark, "Number of rows (COUNT(*)) or of 
      aggregate=True)
 _add("SUM", 1, 1, _sum_type, _same_type_cast(_call("sum")), "Sum, in the argument's type.", "CAST(sum(x) AS <type of x>)",
      aggregate=True)
-_add("SUM_LIST", 1, 1, _sum_list_type, _sum_list, "Sum of the elements of the group's lists (NULLs skipped), in the element type.",
+_add("SUM_LIST", 1, 1, _sum_list_type, _sum_list,
+     "Sum of the elements of the group's lists (NULLs skipped), in the element type.",
      "CAST(coalesce(sum(aggregate(list, 0, (a, e) -> a + coalesce(e, 0))), 0) AS <element type>)", aggregate=True)
 _add("MIN", 1, 1, _comparable("MIN"), _call("min"), "Smallest value.", "min(x)", aggregate=True)
 _add("MAX", 1, 1, _comparable("MAX"), _call("max"), "Largest value.", "max(x)", aggregate=True)
