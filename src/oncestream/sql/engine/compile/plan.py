@@ -296,7 +296,7 @@ def _aggregate_sessions(frame: DataFrame, scope: Scope, alias: str, columns: Seq
     if group_sql:
         # as _aggregate: a row whose GROUP BY expression is NULL is skipped
         frame = frame.where(F.expr(" AND ".join(f"({g}) IS NOT NULL" for g in group_sql)))
-    grace_ms = window.grace_ms if window.grace_ms is not None else session_default_grace_ms(window.size_ms)
+    grace_ms = window.grace_ms if window.grace_ms is not None else default_grace_ms(window.size_ms)
     sessions = aggregate_sessions(frame, scope, alias, columns, chosen, group_exprs, aggregates, having,
                                   window.size_ms, grace_ms, RESULT_ROWTIME)
     keys = [F.col(quote(c.name)) for c in columns if c.is_key]
@@ -308,10 +308,12 @@ def _aggregate_sessions(frame: DataFrame, scope: Scope, alias: str, columns: Seq
     return CompiledQuery(sessions, tuple(columns), result_kind, window, "append", True)
 
 
-def session_default_grace_ms(gap_ms: int) -> int:
-    """ksqlDB's grace period of a session window without GRACE PERIOD: 24 hours less the gap (at
-    least 0; StreamAggregateBuilder.defaultGrace), so a session is kept 24 hours after its end."""
-    return max(DEFAULT_GRACE_MS - gap_ms, 0)
+def default_grace_ms(size_ms: int, emit_final: bool = False) -> int:
+    """ksqlDB's grace period of a window without GRACE PERIOD: 0 with EMIT FINAL (its analyzer
+    rewrites the window so, RewrittenAnalysis), else 24 hours less the window's size (a session
+    window's gap), at least 0 (StreamAggregateBuilder.defaultGrace): a window is kept 24 hours
+    after its start."""
+    return 0 if emit_final else max(DEFAULT_GRACE_MS - size_ms, 0)
 
 
 def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Sequence[Column],
@@ -333,7 +335,7 @@ def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Seq
     extra_sql = [f"max({quote(RESULT_ROWTIME)}) AS {quote(RESULT_ROWTIME)}"]
     output_mode = "update"
     if window is not None:
-        grace_ms = window.grace_ms if window.grace_ms is not None else DEFAULT_GRACE_MS
+        grace_ms = window.grace_ms if window.grace_ms is not None else default_grace_ms(window.size_ms, emit_final)
         # Spark's watermark: rows older than (max event time seen - grace) are dropped and their
         # windows' state is freed (ksqlDB: grace period per partition's stream time).
         inner = inner.withWatermark(ts, f"{grace_ms} milliseconds")
