@@ -50,6 +50,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
+from oncestream.sql.conformance.mock_schema_ids import SchemaSide, harness_schema_order
 from oncestream.sql.conformance.qtt_format import QttCase, QttRecord
 from oncestream.sql.conformance.records import (
     ActualRecord,
@@ -338,6 +339,47 @@ def renamed(statement: sql_ast.Statement, prefix: str,
     return statement
 
 
+def _names_schema_id(statement: sql_ast.Statement) -> bool:
+    return isinstance(statement, (sql_ast.CreateSource, sql_ast.CreateAsSelect)) and \
+        any(statement.properties.get(name) is not None for name in _SCHEMA_ID_PROPS)
+
+
+def declared_schema_sides(case: QttCase) -> list[SchemaSide]:
+    """The topic sides whose schema ksqlDB's harness takes from a CREATE STREAM/TABLE statement's
+    columns (``TestCaseBuilderUtil.createTopicFromStatement``): a side in a registry format with
+    columns, in statement order. A statement that does not parse here declares nothing."""
+    defaults = {True: str(case.properties.get("ksql.persistence.default.format.key") or "KAFKA"),
+                False: str(case.properties.get("ksql.persistence.default.format.value") or "")}
+    out: list[SchemaSide] = []
+    for text in case.statements:
+        if _AS_SELECT.search(text):
+            continue
+        try:
+            parsed = parse(text)
+        except KsqlError:
+            continue
+        for statement in parsed:
+            if not isinstance(statement, sql_ast.CreateSource) or statement.properties.get("KAFKA_TOPIC") is None:
+                continue
+            props = statement.properties
+            for key in (True, False):
+                fmt = str(props.get("KEY_FORMAT" if key else "VALUE_FORMAT") or props.get("FORMAT") or defaults[key])
+                has_columns = any(c.key == key and not c.headers for c in statement.columns)
+                if fmt.upper() in ("AVRO", "JSON_SR", "PROTOBUF") and has_columns:
+                    out.append(SchemaSide(str(props["KAFKA_TOPIC"]), key))
+    return out
+
+
+def case_topic_names(case: QttCase) -> list[str]:
+    """Every topic name of a case in the order ksqlDB's harness first puts it in its map: the
+    ``topics`` entries, the KAFKA_TOPIC of its CREATE STREAM/TABLE statements, then its input and
+    output records' topics."""
+    names = [str(t["name"]) for t in case.topics]
+    names += [n for text in case.statements if not _AS_SELECT.search(text) for n in _KAFKA_TOPIC.findall(text)]
+    names += [r.topic for r in (*case.inputs, *case.outputs)]
+    return list(dict.fromkeys(names))
+
+
 def expected_error_matches(case: QttCase, message: str) -> bool:
     """The rule for expected exceptions (module docstring)."""
     expected = case.expected_exception
@@ -435,20 +477,39 @@ class CaseRun:
                 self.env.registry.register(self.prefix + name, schema_type, text)
                 latest = self.env.registry.latest(self.prefix + name)
                 versions[name] = latest.version if latest is not None and latest.version else 1
-            registered: list[int] = []
             for schema in topic_schemas(self.case):
                 subject = f"{self._topic(schema.topic)}-{'key' if schema.key else 'value'}"
                 refs = [{"name": n, "subject": self.prefix + n, "version": versions.get(n, 1)} for n in schema.references]
                 got = self.env.registry.register(subject, schema.schema_type, schema.schema, refs or None)
-                registered.append(got)
                 if schema.case_id is not None:
                     self.schema_ids[schema.case_id] = got
-            # An id a statement names that no topic declares is the one ksqlDB's mock registry gave:
-            # its topics' schemas get 1, 2... in the order registered (TestExecutorUtil)
-            for mock_id, got in enumerate(dict.fromkeys(registered), start=1):
-                self.schema_ids.setdefault(mock_id, got)
         except Exception as e:  # noqa: BLE001 - a schema the registry refuses: the case's statements see no schema
             raise _Refused(f"the registry refused a schema of the case's topics: {e}") from None
+
+    def _harness_schema_ids(self) -> dict[int, int]:
+        """The ids ksqlDB's harness would have given the case's schemas (``mock_schema_ids``) ->
+        the ids the same subjects hold in the shared registry now. The mock registry gives an
+        identical schema its first id again; a side not registered yet still takes its number."""
+        registry = self.env.registry
+        if registry is None:
+            return {}
+        out: dict[int, int] = {}
+        seen: set[int] = set()
+        mock_id = 1
+        for side in harness_schema_order(self._topic_section_sides(), declared_schema_sides(self.case),
+                                         case_topic_names(self.case)):
+            latest = registry.latest(f"{self._topic(side.topic)}-{'key' if side.key else 'value'}")
+            real = latest.schema_id if latest is not None else None
+            if real is not None:
+                if real in seen:
+                    continue
+                seen.add(real)
+                out[mock_id] = real
+            mock_id += 1
+        return out
+
+    def _topic_section_sides(self) -> list[SchemaSide]:
+        return [SchemaSide(s.topic, s.key) for s in topic_schemas(self.case)]
 
     def _register_declared_schema(self, source: SourceInfo) -> None:
         """A CREATE with columns in a registry format registers its columns' schema when the
@@ -498,7 +559,8 @@ class CaseRun:
                 e.message = in_script(e.message, lines_before)
             raise _refused(e) from None
         for parsed in statements:
-            statement = renamed(parsed, self.prefix, self.schema_ids,
+            schema_ids = {**self._harness_schema_ids(), **self.schema_ids} if _names_schema_id(parsed) else None
+            statement = renamed(parsed, self.prefix, schema_ids,
                                 str(self.properties.get(OUTPUT_TOPIC_PREFIX_CONFIG) or ""))
             try:
                 self._execute_one(statement)
