@@ -82,4 +82,7 @@ def test_a_syntax_error_line_counts_the_statements_before_it():
     newlines, so the second statement's error is on line 2."""
     assert in_script("line 1:74: Syntax Error\nmissing ')' at ','", 1) == "line 2:74: Syntax Error\nmissing ')' at ','"
     assert in_script("line 1:5: Syntax Error\nx line 1:3", 0) == "line 1:5: Syntax Error\nx line 1:3"
+    # cast.json "to null": the NoViableAlt wording names the line in its text too
+    assert in_script("line 1:47: Syntax Error\nSyntax error at or near 'NULL' at line 1:47", 1) == \
+        "line 2:47: Syntax Error\nSyntax error at or near 'NULL' at line 2:47"
     assert in_script("Line: 1, Col: 3: refused", 2) == "Line: 1, Col: 3: refused"

@@ -112,12 +112,15 @@ class CaseResult:
 
 # the place ANTLR gives a syntax error (``line 2:74: Syntax Error...``)
 _SYNTAX_LINE = re.compile(r"^line (\d+):")
+_AT_LINE = re.compile(r"\bat line (\d+):")
 
 
 def in_script(message: str, lines_before: int) -> str:
     """A syntax error's message with its line counted in the case's whole script (``lines_before``
     lines come before the statement), as ksqlDB's test parses the case's statements as one text."""
-    return _SYNTAX_LINE.sub(lambda m: f"line {int(m.group(1)) + lines_before}:", message, count=1)
+    shifted = _SYNTAX_LINE.sub(lambda m: f"line {int(m.group(1)) + lines_before}:", message, count=1)
+    # ksqlDB's "Syntax error at or near 'X' at line L:C" names the line in its text too
+    return _AT_LINE.sub(lambda m: f"at line {int(m.group(1)) + lines_before}:", shifted)
 
 
 class _Refused(Exception):

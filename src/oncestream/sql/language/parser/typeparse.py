@@ -19,7 +19,8 @@ from sqlglot import exp
 from sqlglot.tokens import TokenType
 
 from oncestream.sql.language import types as t
-from oncestream.sql.language.parser.base import BaseParser, normalise_name
+from oncestream.sql.language.parser.base import BaseParser, normalise_name, position_of
+from oncestream.sql.language.parser.syntax import describe_token
 
 _PRIMITIVES: dict[str, t.SqlType] = {
     "BOOLEAN": t.BOOLEAN, "INT": t.INTEGER, "INTEGER": t.INTEGER, "BIGINT": t.BIGINT,
@@ -107,7 +108,11 @@ class TypeParser(BaseParser):
     def sql_type(self) -> t.SqlType:
         token = self.token()
         if not self.is_name() or self.is_type(TokenType.IDENTIFIER):
-            self.fail("a type")
+            # ANTLR finds no alternative of ksqlDB's ``type`` rule: a NoViableAltException, which
+            # ksqlDB's SyntaxErrorValidator words with the position (cast.json "to null")
+            offset = token.start if token is not None else len(self.sql)
+            where = position_of(self.sql, offset)
+            self.issue(f"Syntax error at or near {describe_token(token)} at line {where.line}:{where.column}")
         word = self._curr.text.upper()
         self._advance()
         if word == "ARRAY":
