@@ -20,6 +20,7 @@ from oncestream.sql.engine.compile.table_udafs import (
     table_udaf,
     unsupported_message,
 )
+from oncestream.sql.language.analyzer_aggregates import TABLE_AGGREGATES
 
 
 def _parse(text: str):
@@ -125,6 +126,13 @@ def test_attr_is_the_single_value_left_and_null_counts_as_a_value():
     assert _run(attr, [(1, ["2"]), (1, [None])]) is None
     assert _run(attr, [(-1, ["2"]), (1, ["2"])]) == "2"      # a count never goes below zero
     assert _run(table_udaf("ATTR", ["DECIMAL"]), [(1, [Decimal("1.10")]), (1, [Decimal("1.10")])]) == "1.10"
+
+
+def test_every_aggregate_the_analyzer_lets_aggregate_a_table_has_an_undoable_form():
+    sample_types = {"SUM_LIST": ["ARRAY<INTEGER>"], "CORRELATION": ["DOUBLE", "DOUBLE"]}
+    for name in TABLE_AGGREGATES:
+        udaf = table_udaf(name, sample_types.get(name, ["INTEGER"]))
+        assert udaf.name == name
 
 
 def test_functions_ksqldb_refuses_on_tables_get_its_message():

@@ -20,6 +20,11 @@ from oncestream.sql.language.analyzer_joins import AnalyzedJoin
 from oncestream.sql.language.catalog import SourceInfo
 from oncestream.sql.language.sql_ast import SourceKind, WindowSpec
 
+# The aggregate functions that can aggregate a table: they can undo a retracted row (ksqlDB's
+# TableUdaf; engine/compile/table_udafs.py implements each).
+TABLE_AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "COLLECT_LIST", "CORRELATION", "STDDEV_SAMP", "STDDEV_SAMPLE",
+                              "HISTOGRAM", "ATTR", "SUM_LIST"})
+
 
 class AggregateRules:
     """Mixin of the analysis: GROUP BY / HAVING / aggregate checks."""
@@ -64,10 +69,6 @@ class AggregateRules:
                                      "aggregations and can not be passed to aggregate functions.\n"
                                      "See https://github.com/confluentinc/ksql/issues/4397")
 
-    # aggregate functions that can aggregate a table (they can undo a retracted row: ksqlDB's TableUdaf)
-    _TABLE_AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "COLLECT_LIST", "CORRELATION", "STDDEV_SAMP",
-                                   "STDDEV_SAMPLE", "HISTOGRAM", "ATTR", "SUM_LIST"})
-
     def _check_aggregation(self, items: list[tuple[str, exp.Expr, exp.Expr]], group_by: tuple[exp.Expr, ...],
                            having: exp.Expr | None, aggregates: list[exp.Expr], joins: list[AnalyzedJoin],
                            window: WindowSpec | None) -> None:
@@ -107,7 +108,7 @@ class AggregateRules:
         if from_info.kind is SourceKind.TABLE:
             if window is not None:
                 raise StatementError("Windowing not supported for table aggregations.")
-            unsupported = list(dict.fromkeys(str(a.this) for a in aggregates if str(a.this) not in self._TABLE_AGGREGATES))
+            unsupported = list(dict.fromkeys(str(a.this) for a in aggregates if str(a.this) not in TABLE_AGGREGATES))
             if unsupported:
                 names = unsupported[0] if len(unsupported) == 1 else ", ".join(unsupported[:-1]) + " and " + unsupported[-1]
                 raise StatementError(f"The aggregation function{'s' if len(unsupported) > 1 else ''} {names} cannot be applied "

@@ -16,8 +16,9 @@ function here so that it can be tested without Spark:
   (query-validation case "should count back to zero"); HAVING decides tombstones.
 
 Accumulators are JSON values (the state store keeps them as JSON text). Only the functions
-ksqlDB implements as ``TableUdaf`` can aggregate a table: COUNT, SUM, AVG, COLLECT_LIST,
-STDDEV_SAMP / STDDEV_SAMPLE, CORRELATION, HISTOGRAM, ATTR and SUM_LIST.
+ksqlDB implements as ``TableUdaf`` can aggregate a table (``analyzer_aggregates.TABLE_AGGREGATES``,
+which the analyzer checks): COUNT, SUM, AVG, COLLECT_LIST, STDDEV_SAMP / STDDEV_SAMPLE,
+CORRELATION, HISTOGRAM, ATTR and SUM_LIST.
 Integer sums wrap at 32 / 64 bits as Java's ``int`` / ``long`` do.
 """
 
@@ -28,10 +29,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
-
-# The aggregate functions that can aggregate a table (ksqlDB's TableAggregationFunction).
-TABLE_AGGREGATES = frozenset({"COUNT", "SUM", "AVG", "COLLECT_LIST", "STDDEV_SAMP", "STDDEV_SAMPLE", "CORRELATION",
-                              "HISTOGRAM", "ATTR", "SUM_LIST"})
 
 INT = "INTEGER"
 BIGINT = "BIGINT"
