@@ -39,8 +39,15 @@ GRPC_PORT_OFFSET = 10000
 READY_TIMEOUT_S = 120.0  # 1-2 s when idle, ~10 s measured elsewhere; the test machine is shared and loaded
 STOP_TIMEOUT_S = 30.0
 PORT_ATTEMPTS = 3  # first starts whose ports another socket took before weed bound them
-PORT_TAKEN = "Port allocation failed"  # what weed mini logs then (and exits 1)
+# What weed mini logs then: its own check of the ports it was given (and exits 1), or, for a port
+# taken after that check, the listener's failure (the S3 gateway's: a fatal log, exit 255)
+PORT_TAKEN = ("Port allocation failed", "bind: address already in use")
 _SERVICES = ("master", "volume", "filer", "s3", "admin")
+
+
+def port_taken(log_text: str) -> bool:
+    """Whether weed's output says one of its ports was taken by another socket."""
+    return any(marker in log_text for marker in PORT_TAKEN)
 
 
 def weed_executable() -> Path:
@@ -135,7 +142,7 @@ class SeaweedServer:
             try:
                 return self._start_once(timeout_s)
             except RuntimeError:
-                if not (first and attempt < PORT_ATTEMPTS and PORT_TAKEN in self.log_tail()):
+                if not (first and attempt < PORT_ATTEMPTS and port_taken(self.log_tail())):
                     raise
                 self.log_path.rename(self.log_path.with_suffix(f".attempt{attempt}.log"))
                 self.ports = dict(zip(_SERVICES, free_port_pairs(len(_SERVICES)), strict=True))
