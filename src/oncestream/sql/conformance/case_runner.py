@@ -342,6 +342,10 @@ def renamed(statement: sql_ast.Statement, prefix: str,
     return statement
 
 
+# The formats whose schema ksqlDB's harness registers from a CREATE statement's columns.
+_SCHEMA_FROM_COLUMNS = ("AVRO", "JSON_SR", "PROTOBUF")
+
+
 def _names_schema_id(statement: sql_ast.Statement) -> bool:
     return isinstance(statement, (sql_ast.CreateSource, sql_ast.CreateAsSelect)) and \
         any(statement.properties.get(name) is not None for name in _SCHEMA_ID_PROPS)
@@ -368,7 +372,7 @@ def declared_schema_sides(case: QttCase) -> list[SchemaSide]:
             for key in (True, False):
                 fmt = str(props.get("KEY_FORMAT" if key else "VALUE_FORMAT") or props.get("FORMAT") or defaults[key])
                 has_columns = any(c.key == key and not c.headers for c in statement.columns)
-                if fmt.upper() in ("AVRO", "JSON_SR", "PROTOBUF") and has_columns:
+                if fmt.upper() in _SCHEMA_FROM_COLUMNS and has_columns:
                     out.append(SchemaSide(str(props["KAFKA_TOPIC"]), key))
     return out
 
@@ -525,7 +529,7 @@ class CaseRun:
         for key, fmt, columns, nullable in (
                 (True, source.key_format.value, source.key_columns, source.key_protobuf_nullable),
                 (False, source.value_format.value, source.value_columns, source.value_protobuf_nullable)):
-            if fmt not in ("AVRO", "JSON_SR", "PROTOBUF") or not columns:
+            if fmt not in _SCHEMA_FROM_COLUMNS or not columns:
                 continue
             subject = f"{source.topic}-{'key' if key else 'value'}"
             if registry.latest(subject) is None:
