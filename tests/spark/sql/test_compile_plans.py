@@ -84,6 +84,24 @@ def test_statement_compiles_to_an_analyzable_plan(sql_spark, sql):
     assert [f.name for f in compiled.rows().schema.fields] == [c.name for c in analyzed.columns]
 
 
+def test_compiled_aggregations_leave_no_view_behind(sql_spark):
+    """An aggregation compiles through a temporary view (its SQL text names it); the view is dropped
+    once Spark has analyzed the query, so a long-lived SQL node keeps no plan per query it ever
+    started. The compiled plan stands without the name (the golden tests run aggregations end to end)."""
+    before = {t.name for t in sql_spark.catalog.listTables() if t.isTemporary}
+    for sql in [s for s in STATEMENTS if "GROUP BY" in s] * 2:
+        _statement, analyzed = analyze(sql, SOURCES)
+        compile_query(sql_spark, analyzed.query, analyzed, ReadSettings("127.0.0.1:1"))
+    assert {t.name for t in sql_spark.catalog.listTables() if t.isTemporary} == before
+    _statement, analyzed = analyze("SELECT NAME, COUNT(*) AS C, SUM(X) AS SX FROM S GROUP BY NAME EMIT CHANGES;",
+                                   SOURCES)
+    compiled = compile_query(sql_spark, analyzed.query, analyzed, ReadSettings("127.0.0.1:1"))
+    rows = compiled.rows()
+    assert rows.isStreaming
+    assert {f.name for f in rows.schema.fields} >= {"NAME", "C", "SX"}
+    assert {t.name for t in sql_spark.catalog.listTables() if t.isTemporary} == before
+
+
 def test_emit_final_windows_write_in_append_mode(sql_spark):
     """EMIT FINAL over TUMBLING/HOPPING windows runs in append mode (each window written once, when
     the watermark closes it); EMIT CHANGES in update mode."""

@@ -374,7 +374,13 @@ def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Seq
     sql = f"SELECT {', '.join(select_sql + extra_sql)} FROM {view}"
     if group_sql:
         sql += f" GROUP BY {', '.join(group_sql)}"
-    aggregated = spark.sql(sql)
+    try:
+        aggregated = spark.sql(sql)
+    finally:
+        # spark.sql analyzed the view's plan into its own, so the name is no longer needed; kept, a
+        # node that starts many aggregations would hold every one's plan in its session catalog
+        # (a whole-suite conformance run in one session ran its driver out of heap).
+        spark.catalog.dropTempView(view)
     keys = [F.col(quote(c.name)) for c in columns if c.is_key]
     if having is not None and output_mode == "update" and keys:
         # A failing result is a tombstone only where the key's last written result passed
