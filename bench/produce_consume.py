@@ -26,6 +26,7 @@ import re
 import shlex
 import shutil
 import signal
+import ssl
 import statistics
 import subprocess
 import sys
@@ -77,23 +78,37 @@ class BaselineBroker(OnceStreamBroker):
 BASELINE_SRC: Path | None = None
 # Set from --partitions: the benchmark topic's partitions; records go round-robin over them.
 PARTITIONS = 1
-# Set from --security-protocol SSL: the PKI (tests/support/certs.py) our brokers serve TLS with.
+# The PKI (tests/support/certs.py) our brokers serve TLS with: made when a broker named *-tls
+# runs, or with --security-protocol SSL (every one of our brokers over TLS).
 TLS_PKI: Any = None
+# Set from --security-protocol SSL.
+ALL_OVER_TLS = False
+# With TLS: CPU s/GB that decrypting full-size TLS records costs one thread here (tls_offload.py),
+# the least a TLS listener pays per byte received; part of the cores ceiling (tls_ceiling_lines).
+CIPHER_FLOOR_S_PER_GB = 0.0
 
 
-def broker_config() -> dict[str, str]:
-    """Our broker's properties: the default PLAINTEXT listener, or with --security-protocol SSL a
-    PLAINTEXT listener (admin, readiness) plus an SSL one the clients use."""
-    if TLS_PKI is None:
+def over_tls(name: str) -> bool:
+    """Whether the clients of broker ``name`` connect over TLS: ``ours-tls`` and ``before-tls``
+    always, every one of ours with --security-protocol SSL; Tansu never (not set up for TLS here)."""
+    return name.endswith("-tls") or (ALL_OVER_TLS and name != "tansu")
+
+
+def broker_config(name: str) -> dict[str, str]:
+    """Broker ``name``'s properties: the default PLAINTEXT listener, or over TLS a PLAINTEXT
+    listener (admin, readiness) plus an SSL one the clients use."""
+    if not over_tls(name):
         return {}
     return {"listeners": "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0",
             "ssl.keystore.type": "PEM", "ssl.keystore.location": str(TLS_PKI.server_keystore)}
 
 
-def client_connection(broker: ManagedBroker) -> dict[str, str]:
-    """The producer's and consumer's connection properties for ``broker``."""
-    if TLS_PKI is None or not isinstance(broker, OnceStreamBroker):
+def client_connection(name: str, broker: ManagedBroker) -> dict[str, str]:
+    """The producer's and consumer's connection properties for broker ``name``."""
+    if not over_tls(name):
         return {"bootstrap.servers": broker.bootstrap}
+    if not isinstance(broker, OnceStreamBroker):
+        raise TypeError(f"{name}: only our brokers are set up for TLS here")
     return {"bootstrap.servers": broker.listener_bootstrap("SSL"), "security.protocol": "SSL",
             "ssl.ca.location": str(TLS_PKI.ca)}
 
@@ -104,22 +119,22 @@ def client_connection(broker: ManagedBroker) -> dict[str, str]:
 # default; survives SIGKILL, not power loss). Tansu runs memory:// and writes no file at all.
 TOPIC_CONFIGS: dict[str, dict[str, str]] = {"ours-fsync": {"flush.messages": "1"},
                                              "before-fsync": {"flush.messages": "1"}}
-BROKER_NAMES = ("ours", "ours-fsync", "tansu", "before", "before-fsync")
+BROKER_NAMES = ("ours", "ours-fsync", "ours-tls", "tansu", "before", "before-fsync", "before-tls")
 
 
 def start_broker(name: str, work_dir: Path) -> ManagedBroker:
     """Start broker `name` (one of BROKER_NAMES) on a free loopback port and wait until it answers."""
     log_file = work_dir / f"{name}-{uuid.uuid4().hex[:8]}.log"
     broker: ManagedBroker
-    if name in ("ours", "ours-fsync"):
+    if name in ("ours", "ours-fsync", "ours-tls"):
         data_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-", dir=work_dir))
-        broker = OnceStreamBroker(data_dir, config=broker_config(), log_file=log_file,
+        broker = OnceStreamBroker(data_dir, config=broker_config(name), log_file=log_file,
                                   ready_timeout_s=BROKER_READY_TIMEOUT_S)
-    elif name in ("before", "before-fsync"):
+    elif name in ("before", "before-fsync", "before-tls"):
         if BASELINE_SRC is None:
             raise ValueError("the 'before' broker needs --baseline-src")
         data_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-", dir=work_dir))
-        broker = BaselineBroker(BASELINE_SRC, data_dir, config=broker_config(), log_file=log_file,
+        broker = BaselineBroker(BASELINE_SRC, data_dir, config=broker_config(name), log_file=log_file,
                                 ready_timeout_s=BROKER_READY_TIMEOUT_S)
     elif name == "tansu":
         broker = TansuBroker(log_file=log_file, ready_timeout_s=BROKER_READY_TIMEOUT_S)
@@ -473,7 +488,7 @@ def run_round(name: str, round_no: int, record_count: int, value: bytes, work_di
         create_topic(broker.bootstrap, f"{topic}-warmup")
         if profile_stem is not None:
             profiler = Profiler(broker.pid, profile_stem)
-        connection = client_connection(broker)
+        connection = client_connection(name, broker)
         cpu_start_s = process_cpu_s(broker.pid)
         produced = produce(connection, topic, record_count, value, f"{topic}-warmup")
         cpu_produced_s = process_cpu_s(broker.pid)
@@ -531,7 +546,8 @@ def markdown_report(results: list[RoundResult], args: argparse.Namespace, comman
         f" data dir in {tempfile.gettempdir()} ({filesystem_of(Path(tempfile.gettempdir()))});"
         f" {tansu_version()}: memory:// storage engine",
         "",
-        f"Clients connect with: {args.security_protocol}. Broker CPU: user+system seconds of the broker"
+        f"Clients connect over TLS to: {', '.join(n for n in dict.fromkeys(args.broker_names) if over_tls(n)) or 'none'}"
+        f" (the others: PLAINTEXT). Broker CPU: user+system seconds of the broker"
         f" process (all threads, /proc/PID/stat) per decimal GB of payload, over each phase.",
         "",
         "Client CPU: this process (librdkafka's threads and the Python loop) per GB; busiest client"
@@ -563,14 +579,65 @@ def markdown_report(results: list[RoundResult], args: argparse.Namespace, comman
         lines.append(f"| {name} | {medians[name][0]:.1f} | {medians[name][1]:.1f} | {cpu[0]:.1f} | {cpu[1]:.1f} |")
     for top, bottom, label in (("ours", "tansu", "ours/Tansu"), ("ours-fsync", "tansu", "ours-fsync/Tansu"),
                                ("ours-fsync", "ours", "ours-fsync/ours"), ("ours", "before", "ours/before"),
-                               ("ours-fsync", "before-fsync", "ours-fsync/before-fsync")):
+                               ("ours-fsync", "before-fsync", "ours-fsync/before-fsync"),
+                               ("ours-tls", "ours", "ours-tls/ours (TLS/plaintext)"),
+                               ("before-tls", "before", "before-tls/before (TLS/plaintext)")):
         if top in medians and bottom in medians:
             lines += [
                 "",
                 f"Median ratio {label}: produce **{medians[top][0] / medians[bottom][0]:.2f}**, "
                 f"consume **{medians[top][1] / medians[bottom][1]:.2f}**",
             ]
+    for tls_name, plain_name in (("ours-tls", "ours"), ("before-tls", "before")):
+        if tls_name in medians and plain_name in medians:
+            lines += ["", *tls_ceiling_lines(results, tls_name, plain_name)]
     return "\n".join(lines) + "\n"
+
+
+def cipher_floor_s_per_gb(pki: Any) -> float:
+    """The least CPU s/GB a TLS listener pays here: the median of three measurements of one thread
+    decrypting full-size records with the PKI's server certificate (tls_offload.py)."""
+    from tls_offload import decrypt_cpu_s_per_gb
+
+    server_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_ctx.load_cert_chain(str(pki.server_keystore))
+    client_ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+    client_ctx.load_verify_locations(str(pki.ca))
+    client_ctx.check_hostname = False
+    return statistics.median(decrypt_cpu_s_per_gb(server_ctx, client_ctx) for _ in range(3))
+
+
+def tls_ceiling_lines(results: list[RoundResult], tls_name: str, plain_name: str) -> list[str]:
+    """How fast a TLS round could have been at most with this client on this machine, whatever the
+    broker did, as a share of the plaintext rounds' median MB/s; two bounds per direction:
+
+    - cores: the client and the broker share the machine's cores, so MB/s <= cores / (client CPU
+      s/GB over TLS + broker CPU s/GB over *plaintext* + the cipher floor), i.e. as if TLS cost the
+      broker nothing beyond decrypting (or encrypting) full-size records, measured in this run;
+    - client thread: librdkafka serves a broker connection from one thread, so MB/s <= the TLS
+      round's MB/s / its busiest client thread's share of a core (that thread alone at 100%).
+
+    A ceiling under a TLS/plaintext goal means no broker work can meet that goal with this client
+    here; the client's own TLS cost takes the cores (docs/benchmarks.md, "What bounds TLS produce")."""
+    cores = os.cpu_count() or 1
+    tls = [r for r in results if r.broker == tls_name]
+    plain = [r for r in results if r.broker == plain_name]
+    lines = [f"Ceilings of {tls_name} with this client on {cores} cores, as a share of {plain_name}'s median MB/s"
+             f" (cores: client TLS CPU + broker plaintext CPU + cipher floor {CIPHER_FLOOR_S_PER_GB:.2f} s/GB;"
+             " client thread: MB/s over its busiest thread's share):",
+             "", "| direction | TLS/plaintext measured | cores ceiling | client-thread ceiling |", "| --- | ---: | ---: | ---: |"]
+    for direction in ("produce", "consume"):
+        def phase(r: RoundResult, direction: str = direction) -> Measurement:
+            return r.produce if direction == "produce" else r.consume
+        plain_mb_s = statistics.median(phase(r).mb_per_s for r in plain)
+        tls_mb_s = statistics.median(phase(r).mb_per_s for r in tls)
+        client_s_per_gb = statistics.median(phase(r).client_cpu_s_per_gb for r in tls)
+        broker_plain_s_per_gb = statistics.median(phase(r).cpu_s_per_gb or 0.0 for r in plain)
+        cores_mb_s = cores * 1000.0 / (client_s_per_gb + broker_plain_s_per_gb + CIPHER_FLOOR_S_PER_GB)
+        thread_mb_s = statistics.median(phase(r).mb_per_s / phase(r).busiest_client_thread_share for r in tls)
+        lines.append(f"| {direction} | {tls_mb_s / plain_mb_s:.2f} | {cores_mb_s / plain_mb_s:.2f}"
+                     f" | {thread_mb_s / plain_mb_s:.2f} |")
+    return lines
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -578,7 +645,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--brokers", default="ours,tansu",
                         help="comma-separated, alternated in this order each round (default: ours,tansu);"
-                             " ours-fsync is ours with flush.messages=1 on the topic (fsync before acks=all)")
+                             " ours-fsync is ours with flush.messages=1 on the topic (fsync before acks=all);"
+                             " ours-tls is ours with the clients connecting over TLS (before-fsync and"
+                             " before-tls likewise)")
     parser.add_argument("--rounds", type=int, default=3, help="rounds per broker (default: 3)")
     parser.add_argument("--size-mb", type=float, default=200.0,
                         help="payload produced per round, decimal MB (default: 200)")
@@ -590,7 +659,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="after the measured rounds, run one extra round of ours under py-spy"
                              " (not counted) and write bench/results/profile-*.folded and *.top.txt")
     parser.add_argument("--security-protocol", default="PLAINTEXT", choices=["PLAINTEXT", "SSL"],
-                        help="what the clients connect with (SSL: our brokers only; Tansu is not set up for TLS)")
+                        help="SSL: the clients of every one of our brokers connect over TLS (Tansu is not set"
+                             " up for TLS); to compare TLS and plaintext in one run, use --brokers ours,ours-tls")
     parser.add_argument("--results-dir", type=Path, default=RESULTS_DIR)
     parser.add_argument("--baseline-src", type=Path, default=None,
                         help="the src/ of another checkout (e.g. a git worktree of the last release):"
@@ -622,11 +692,14 @@ def main(argv: list[str] | None = None) -> int:
     PARTITIONS = args.partitions
     load_before = os.getloadavg()
     work_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-"))
-    if args.security_protocol == "SSL":
+    global ALL_OVER_TLS, CIPHER_FLOOR_S_PER_GB
+    ALL_OVER_TLS = args.security_protocol == "SSL"
+    if any(over_tls(name) for name in args.broker_names):
         sys.path.insert(0, str(REPO_ROOT))  # the test PKI maker, as bench/tls.py uses it
         from tests.support.certs import make_pki
 
         TLS_PKI = make_pki(work_dir / "pki")
+        CIPHER_FLOOR_S_PER_GB = cipher_floor_s_per_gb(TLS_PKI)
     results: list[RoundResult] = []
     try:
         print(f"{record_count} records of {args.record_size} B per round; work dir {work_dir}", flush=True)
