@@ -688,11 +688,10 @@ def main(argv: list[str] | None = None) -> int:
     record_count = int(args.size_mb * MB) // args.record_size
     value = os.urandom(args.record_size)  # incompressible, and no codec is configured anyway
     args.results_dir.mkdir(parents=True, exist_ok=True)
-    global TLS_PKI, PARTITIONS
+    global TLS_PKI, PARTITIONS, ALL_OVER_TLS, CIPHER_FLOOR_S_PER_GB
     PARTITIONS = args.partitions
     load_before = os.getloadavg()
     work_dir = Path(tempfile.mkdtemp(prefix="oncestream-bench-"))
-    global ALL_OVER_TLS, CIPHER_FLOOR_S_PER_GB
     ALL_OVER_TLS = args.security_protocol == "SSL"
     if any(over_tls(name) for name in args.broker_names):
         sys.path.insert(0, str(REPO_ROOT))  # the test PKI maker, as bench/tls.py uses it

@@ -379,7 +379,7 @@ def _aggregate(spark: SparkSession, frame: DataFrame, scope: Scope, columns: Seq
     finally:
         # spark.sql analyzed the view's plan into its own, so the name is no longer needed; kept, a
         # node that starts many aggregations would hold every one's plan in its session catalog
-        # (a whole-suite conformance run in one session ran its driver out of heap).
+        # (the suspected cause of a whole-suite conformance run's driver running out of heap).
         spark.catalog.dropTempView(view)
     keys = [F.col(quote(c.name)) for c in columns if c.is_key]
     if having is not None and output_mode == "update" and keys:
