@@ -15,6 +15,7 @@ from pyspark.sql import functions as F
 
 from oncestream.sql.engine.compile.expressions import Scope, translate
 from oncestream.sql.language import functions_json, zone_text
+from oncestream.sql.language.functions_collections import HISTOGRAM_LIMIT
 from tests.spark.sql.golden import analyze, ddl
 from tests.spark.sql.golden import spark_plain as _plain
 
@@ -378,3 +379,18 @@ def test_aggregates_give_ksqldb_values_on_spark(sql_spark):
             if got != values:
                 wrong.append((name, text, values, got))
     assert wrong == [], "\n".join(map(repr, wrong))
+
+
+def test_stream_histogram_keeps_its_first_distinct_values_up_to_the_limit(sql_spark):
+    """ksqlDB's HistogramUdaf: past HISTOGRAM_LIMIT distinct values a new one is ignored, while
+    the values it keeps go on being counted (as the table form, tests/unit/sql/test_table_udafs.py)."""
+    _statement, analyzed = analyze("SELECT G, HISTOGRAM(S) AS H FROM AGG GROUP BY G EMIT CHANGES;", {"AGG": AGG_SOURCE})
+    histogram_sql = translate(list(analyzed.expressions)[1], Scope({"AGG": AGG_SOURCE}))
+    values = [f"v{i}" for i in range(HISTOGRAM_LIMIT)] + ["late", "v0", None]
+    frame = sql_spark.createDataFrame([(offset, "g", v) for offset, v in enumerate(values)],
+                                      "ROWOFFSET BIGINT, G STRING, S STRING").coalesce(1)  # arrival order kept
+    (row,) = frame.groupBy("G").agg(F.expr(histogram_sql).alias("H")).collect()
+    assert len(row["H"]) == HISTOGRAM_LIMIT
+    assert "late" not in row["H"]
+    assert row["H"]["v0"] == 2
+    assert row["H"][f"v{HISTOGRAM_LIMIT - 1}"] == 1

@@ -11,7 +11,6 @@ from decimal import Decimal
 import pytest
 
 from oncestream.sql.engine.compile.table_udafs import (
-    HISTOGRAM_LIMIT,
     ChangeRow,
     Delta,
     TableUdafError,
@@ -21,6 +20,7 @@ from oncestream.sql.engine.compile.table_udafs import (
     unsupported_message,
 )
 from oncestream.sql.language.analyzer_aggregates import TABLE_AGGREGATES
+from oncestream.sql.language.functions_collections import HISTOGRAM_LIMIT
 
 
 def _parse(text: str):

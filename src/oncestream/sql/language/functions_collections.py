@@ -258,16 +258,25 @@ def _histogram_type(arg_types: Sequence[SqlType | None]) -> SqlType:
     return t.map_of(t.STRING, t.BIGINT)
 
 
+# ksqlDB's HistogramUdaf keeps at most this many distinct values; later new ones are ignored
+# (the ones it keeps are still counted). The stream form below and the table form
+# (engine/compile/table_udafs.py) both apply it.
+HISTOGRAM_LIMIT = 1000
+
+
 def _histogram(c: CallSite) -> str:
+    """The group's values in arrival order (collect_list skips NULLs), their first HISTOGRAM_LIMIT
+    distinct ones (array_distinct keeps first occurrences) each with its count."""
     values = f"collect_list({c.args[0]})"
     count = f"CAST(size(filter({values}, {_V} -> {_V} = {_K})) AS BIGINT)"
-    counted = f"transform(array_distinct({values}), {_K} -> struct({_K}, {count}))"
+    counted = f"transform(slice(array_distinct({values}), 1, {HISTOGRAM_LIMIT}), {_K} -> struct({_K}, {count}))"
     return f"map_from_entries({counted})"
 
 
 _section("AGGREGATE")
-_add("HISTOGRAM", 1, 1, _histogram_type, _histogram, "Each distinct value of the group with its number of occurrences.",
-     "map_from_entries of the distinct values of collect_list(x) and their counts", aggregate=True)
+_add("HISTOGRAM", 1, 1, _histogram_type, _histogram,
+     "Each distinct value of the group (the first 1000) with its number of occurrences.",
+     "map_from_entries of the first 1000 distinct values of collect_list(x) and their counts", aggregate=True)
 def _attr_type(arg_types: Sequence[SqlType | None]) -> SqlType:
     if len(arg_types) != 1 or (arg_types[0] is not None and arg_types[0].base is BaseType.MAP):
         raise FunctionTypeError(f"Function 'ATTR' does not accept parameters ({_type_list(arg_types)}).")

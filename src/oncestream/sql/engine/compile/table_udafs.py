@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from oncestream.sql.language.functions_collections import HISTOGRAM_LIMIT
+
 INT = "INTEGER"
 BIGINT = "BIGINT"
 DOUBLE = "DOUBLE"
@@ -221,10 +223,6 @@ def _sum_list(list_type: str) -> TableUdaf:
 
     zero: Callable[[], Any] = (lambda: 0.0) if element == DOUBLE else (lambda: 0)
     return TableUdaf("SUM_LIST", zero, lambda a, x: step(a, x, 1), lambda a, x: step(a, x, -1), lambda acc: acc)
-
-
-# ksqlDB's HistogramUdaf keeps at most this many distinct values; later new ones are ignored.
-HISTOGRAM_LIMIT = 1000
 
 
 def _histogram() -> TableUdaf:
