@@ -67,7 +67,7 @@ from oncestream.sql.engine.insert_values import insert_target, values_row
 from oncestream.sql.engine.runtime import ERROR, QueryRuntime, checkpoint_location, sink_topic_config
 from oncestream.sql.errors import KsqlError, ParseError
 from oncestream.sql.language import sql_ast
-from oncestream.sql.language.catalog import SourceInfo
+from oncestream.sql.language.catalog import SourceInfo, registry_subject
 from oncestream.sql.language.parser import parse
 from oncestream.sql.language.statement_plan import OUTPUT_TOPIC_PREFIX_CONFIG
 from oncestream.sql.server.commands import goes_to_command_topic
@@ -485,7 +485,7 @@ class CaseRun:
                 latest = self.env.registry.latest(self.prefix + name)
                 versions[name] = latest.version if latest is not None and latest.version else 1
             for schema in topic_schemas(self.case):
-                subject = f"{self._topic(schema.topic)}-{'key' if schema.key else 'value'}"
+                subject = registry_subject(self._topic(schema.topic), key=schema.key)
                 refs = [{"name": n, "subject": self.prefix + n, "version": versions.get(n, 1)} for n in schema.references]
                 got = self.env.registry.register(subject, schema.schema_type, schema.schema, refs or None)
                 if schema.case_id is not None:
@@ -505,7 +505,7 @@ class CaseRun:
         mock_id = 1
         for side in harness_schema_order(self._topic_section_sides(), declared_schema_sides(self.case),
                                          case_topic_names(self.case)):
-            latest = registry.latest(f"{self._topic(side.topic)}-{'key' if side.key else 'value'}")
+            latest = registry.latest(registry_subject(self._topic(side.topic), key=side.key))
             real = latest.schema_id if latest is not None else None
             if real is not None:
                 if real in seen:
@@ -531,7 +531,7 @@ class CaseRun:
                 (False, source.value_format.value, source.value_columns, source.value_protobuf_nullable)):
             if fmt not in _SCHEMA_FROM_COLUMNS or not columns:
                 continue
-            subject = f"{source.topic}-{'key' if key else 'value'}"
+            subject = registry_subject(source.topic, key=key)
             if registry.latest(subject) is None:
                 unwrapped = unwraps_single(fmt, len(columns), key=key, value_unwrapped=source.value_unwrapped)
                 schema_type, text = schema_of(fmt, [(c.name, c.type) for c in columns], unwrapped=unwrapped,
@@ -552,7 +552,7 @@ class CaseRun:
             columns = source.key_columns if key else source.value_columns
             columns_proto = protobuf_schema([(c.name, c.type) for c in columns],
                                             nullable=source.key_protobuf_nullable if key else source.value_protobuf_nullable)[1]
-        return RegistrySide(self.env.registry, fmt, f"{source.topic}-{'key' if key else 'value'}", columns_proto,
+        return RegistrySide(self.env.registry, fmt, registry_subject(source.topic, key=key), columns_proto,
                             source.key_schema_name if key else source.value_schema_name)
 
     def _execute(self, text: str, lines_before: int = 0) -> None:

@@ -30,7 +30,7 @@ from typing import Any
 from oncestream.spark.schema_registry_client import HEADER_BYTES, MAGIC_BYTE, FramingError, frame, unframe
 from oncestream.sql.engine import serde_protobuf
 from oncestream.sql.errors import KsqlError
-from oncestream.sql.language.catalog import Column
+from oncestream.sql.language.catalog import Column, registry_subject
 from oncestream.sql.language.protobuf_schema import (
     dependency_files,
     file_descriptor,
@@ -373,7 +373,7 @@ class FrameCodec:
         return {c.name: _from_avro(get_ci(fields, c.name), c.type) for c in self.columns}
 
 
-def codec_for(fmt: str, columns: Sequence[Column], topic: str | None, registry: Any, *, key: bool,
+def codec_for(fmt: str, columns: Sequence[Column], topic: str, registry: Any, *, key: bool,
               schema_id: int | None, schema_name: str | None = None, value_unwrapped: bool = False,
               protobuf_nullable: str | None = None) -> FrameCodec | None:
     """The codec of one side of a source, or None when ``fmt`` needs no registry
@@ -382,6 +382,6 @@ def codec_for(fmt: str, columns: Sequence[Column], topic: str | None, registry: 
         return None
     if registry is None and fmt != NO_REGISTRY:
         raise KsqlError(f"The {fmt} format needs a Schema Registry: set 'ksql.schema.registry.url'.")
-    subject = f"{topic}-{'key' if key else 'value'}"
+    subject = registry_subject(topic, key=key)
     unwrap = unwraps_single(fmt, len(columns), key=key, value_unwrapped=value_unwrapped)
     return FrameCodec(fmt, tuple(columns), subject, registry, key, schema_id, schema_name, unwrap, protobuf_nullable)

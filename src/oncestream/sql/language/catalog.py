@@ -29,6 +29,12 @@ class Format(Enum):
     PROTOBUF_NOSR = "PROTOBUF_NOSR"  # plain Protobuf binary, the schema from the declared columns
 
 
+def registry_subject(topic: str, *, key: bool) -> str:
+    """The Schema Registry subject of ``topic``'s key or value schema: ksqlDB (and the Confluent
+    serializers' default TopicNameStrategy) name it ``<topic>-key`` / ``<topic>-value``."""
+    return f"{topic}-{'key' if key else 'value'}"
+
+
 class Namespace(Enum):
     KEY = "KEY"
     VALUE = "VALUE"

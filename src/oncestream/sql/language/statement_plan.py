@@ -400,7 +400,7 @@ class StatementPlanner:
             recorded[side] = dict(found)
             return dict(found)
         schema_id = _int_prop(props, "KEY_SCHEMA_ID" if key else "VALUE_SCHEMA_ID")
-        subject = f"{topic}-{'key' if key else 'value'}"
+        subject = catalog.registry_subject(topic, key=key)
         if self._schemas is None:
             raise StatementError(f"Schema Registry is not configured ('ksql.schema.registry.url'): cannot read the "
                                  f"{'key' if key else 'value'} columns of {fmt.value} from subject '{subject}'.")
@@ -463,7 +463,7 @@ class StatementPlanner:
         if self._schemas is None:
             return True
         try:
-            return self._schemas.latest(f"{topic}-{'key' if key else 'value'}") is None
+            return self._schemas.latest(catalog.registry_subject(topic, key=key)) is None
         except Exception:  # noqa: BLE001 - a registry that cannot answer: the registration will say so
             return True
 
