@@ -483,7 +483,9 @@ def run_round(name: str, round_no: int, record_count: int, value: bytes, work_di
     broker = start_broker(name, work_dir)
     profiler = None
     try:
-        topic = f"bench-{name}-{round_no}-{uuid.uuid4().hex[:8]}"
+        # One length for every broker's topic: the name is in each Produce request, and librdkafka's TLS
+        # write pattern (a record per write at segment boundaries) moves with the bytes before the records.
+        topic = f"bench-{round_no}-{uuid.uuid4().hex[:12]}"
         create_topic(broker.bootstrap, topic, TOPIC_CONFIGS.get(name), PARTITIONS)
         create_topic(broker.bootstrap, f"{topic}-warmup")
         if profile_stem is not None:
