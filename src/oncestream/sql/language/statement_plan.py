@@ -444,7 +444,7 @@ class StatementPlanner:
         entry = self._registry_schema(fmt, topic, props, key, None, {})
         if entry is None:
             raise StatementError(f"Schema for message keys on topic '{topic}' does not exist in the Schema Registry."
-                                 f"\nSubject: {topic}-key\nSchema Id: {schema_id}")
+                                 f"\nSubject: {catalog.registry_subject(topic, key=True)}\nSchema Id: {schema_id}")
         inferred = columns_of(entry["type"], entry["schema"], key=key, descriptor=entry.get("descriptor"),
                               dependencies=entry.get("dependencies"), original_names=True,
                               full_name=full_schema_name(props, key=key))
